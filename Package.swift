@@ -1,0 +1,24 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "Resumable",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Resumable", targets: ["Resumable"]),
+        .library(name: "LoopbackServer", targets: ["LoopbackServer"]),
+        .executable(name: "resumable", targets: ["ResumableCLI"]),
+    ],
+    targets: [
+        .target(name: "Resumable"),
+        .target(name: "LoopbackServer"),
+        .executableTarget(
+            name: "ResumableCLI",
+            dependencies: ["Resumable", "LoopbackServer"]
+        ),
+        .testTarget(name: "ResumableTests", dependencies: ["Resumable", "LoopbackServer"]),
+        .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
+        .testTarget(name: "ResumableCLITests", dependencies: ["ResumableCLI", "LoopbackServer", "Resumable"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

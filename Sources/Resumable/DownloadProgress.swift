@@ -1,0 +1,68 @@
+import Foundation
+
+/// A snapshot of a download's progress.
+public struct DownloadProgress: Hashable, Sendable {
+    /// Bytes of the file on disk, including what was there before resuming.
+    public var bytesOnDisk: Int64
+    /// The size of the whole file, when the server announced it.
+    public var expectedLength: Int64?
+    /// The offset the current transfer joined at (0 for a fresh start), like `didResumeAtOffset`.
+    public var resumedAtOffset: Int64
+    /// Bytes received since this task started, over all requests.
+    public var bytesTransferred: Int64
+    /// The recent transfer rate, in bytes per second.
+    public var bytesPerSecond: Double
+
+    /// The fraction done, from 0 to 1, when the total is known.
+    public var fractionCompleted: Double? {
+        guard let expectedLength, expectedLength > 0 else { return expectedLength == 0 ? 1 : nil }
+        return Double(bytesOnDisk) / Double(expectedLength)
+    }
+
+    /// The estimated time left at the current rate, when the total is known.
+    public var estimatedTimeRemaining: Duration? {
+        guard let expectedLength, bytesPerSecond > 0 else { return nil }
+        let seconds = Double(max(expectedLength - bytesOnDisk, 0)) / bytesPerSecond
+        guard seconds.isFinite, seconds < 1e9 else { return nil }
+        return .milliseconds(Int64(seconds * 1000))
+    }
+}
+
+/// Something that happened to a download.
+public enum DownloadEvent: Sendable {
+    /// A response was accepted and its body is being written from `atOffset` (0 for a fresh start).
+    case started(atOffset: Int64, expectedLength: Int64?)
+    /// A transfer joined the bytes on disk at `atOffset`, like `didResumeAtOffset`.
+    case resumed(atOffset: Int64, expectedLength: Int64?)
+    /// The bytes on disk were dropped and the download starts again from byte 0.
+    case restarted(reason: String)
+    /// The temporary file a token named held fewer bytes than the token said (or was missing).
+    case reconciled(tokenOffset: Int64, bytesOnDisk: Int64)
+    /// More bytes are on disk.
+    case progress(DownloadProgress)
+    /// A transient failure; the transfer continues from the current offset after `delay`.
+    case retrying(attempt: Int, delay: Duration, error: ResumableError)
+    /// The file is complete and in place.
+    case finished(DownloadResult)
+}
+
+/// What a finished download produced.
+public struct DownloadResult: Hashable, Sendable {
+    /// Where the finished file is.
+    public var fileURL: URL
+    /// The size of the finished file.
+    public var bytesOnDisk: Int64
+    /// The offset this task started at: 0 for a new download, the token's offset for a resume.
+    public var resumedAtOffset: Int64
+    /// The bytes this task received over the network.
+    public var bytesTransferred: Int64
+    /// The status of the last response that carried data (200 or 206), or 416 when the file was already
+    /// complete.
+    public var status: Int
+    /// The final URL, after redirects.
+    public var url: URL
+    /// The `ETag` the file was received under, exactly as sent.
+    public var etag: String?
+    /// The `Last-Modified` the file was received under, exactly as sent.
+    public var lastModified: String?
+}

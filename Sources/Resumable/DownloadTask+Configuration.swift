@@ -1,0 +1,176 @@
+import Foundation
+
+extension DownloadTask {
+    /// Where a finished download goes.
+    public struct Destination: Hashable, Sendable {
+        enum Kind: Hashable, Sendable {
+            case directory(String)
+            case file(String)
+        }
+
+        let kind: Kind
+
+        private init(kind: Kind) {
+            self.kind = kind
+        }
+
+        /// The file goes into `directory` under its suggested, sanitized name.
+        public static func directory(_ directory: URL) -> Destination {
+            Destination(kind: .directory(directory.standardizedFileURL.path))
+        }
+
+        /// The file goes to exactly this path.
+        public static func file(_ file: URL) -> Destination {
+            Destination(kind: .file(file.standardizedFileURL.path))
+        }
+
+        /// The current directory, under the suggested name.
+        public static var currentDirectory: Destination {
+            .directory(URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
+        }
+
+        /// The directory the finished file goes into.
+        var directoryPath: String {
+            switch kind {
+            case .directory(let path): return path
+            case .file(let path): return (path as NSString).deletingLastPathComponent
+            }
+        }
+
+        /// The form stored in a token: a directory ends in `/`.
+        var tokenValue: String {
+            switch kind {
+            case .directory(let path): return path.hasSuffix("/") ? path : path + "/"
+            case .file(let path): return path
+            }
+        }
+
+        /// The destination a token's `destination` field describes.
+        init(tokenValue: String?, tempPath: String) {
+            guard let tokenValue else {
+                kind = .directory((tempPath as NSString).deletingLastPathComponent)
+                return
+            }
+            if tokenValue.hasSuffix("/") {
+                let trimmed = String(tokenValue.dropLast())
+                kind = .directory(trimmed.isEmpty ? "/" : trimmed)
+            } else {
+                kind = .file(tokenValue)
+            }
+        }
+    }
+
+    /// What happens when the finished file's name is already taken.
+    public enum ExistingFilePolicy: Hashable, Sendable {
+        /// Choose a free name next to it, as browsers do: `name (1).ext`, `name (2).ext`, …
+        case chooseFreeName
+        /// Replace the existing file (atomically, by rename).
+        case overwrite
+        /// Fail with ``ResumableError/Code/destinationExists``, keeping the temporary file and the token.
+        case fail
+    }
+
+    /// How transient failures are retried: exponential backoff from the current offset.
+    public struct RetryPolicy: Hashable, Sendable {
+        /// How many failures in a row (without a byte of progress between them) are retried.
+        public var maximumRetries: Int
+        /// The first delay; it doubles after each failure.
+        public var initialDelay: Duration
+        /// The longest delay, also the cap on a server's `Retry-After`.
+        public var maximumDelay: Duration
+
+        /// Creates a policy.
+        public init(
+            maximumRetries: Int, initialDelay: Duration = .milliseconds(250), maximumDelay: Duration = .seconds(5)
+        ) {
+            self.maximumRetries = maximumRetries
+            self.initialDelay = initialDelay
+            self.maximumDelay = maximumDelay
+        }
+
+        /// Five retries, 0.25 s doubling, capped at 5 s.
+        public static let `default` = RetryPolicy(maximumRetries: 5)
+        /// No retries: the first transient failure ends the task with a token.
+        public static let none = RetryPolicy(maximumRetries: 0)
+
+        /// The delay before retry number `attempt` (1-based).
+        func delay(attempt: Int, serverAsked: Duration?) -> Duration {
+            if let serverAsked { return min(serverAsked, maximumDelay) }
+            var delay = initialDelay
+            for _ in 1..<max(attempt, 1) {
+                delay *= 2
+                if delay >= maximumDelay { return maximumDelay }
+            }
+            return min(delay, maximumDelay)
+        }
+    }
+
+    /// Periodic saving of the token while data arrives, so a crash loses at most one interval.
+    public struct Checkpointing: Sendable {
+        /// How often a checkpoint is taken while bytes arrive.
+        public var interval: Duration
+        /// Receives each checkpoint. Called only after the bytes the token covers were flushed to disk.
+        public var handler: @Sendable (ResumeToken) -> Void
+
+        /// Calls `handler` with a fresh token every `interval` while data arrives.
+        public init(interval: Duration = .seconds(1), handler: @escaping @Sendable (ResumeToken) -> Void) {
+            self.interval = interval
+            self.handler = handler
+        }
+
+        /// Writes each checkpoint atomically to `file` (sibling, fsync, rename, fsync the directory).
+        public static func file(_ file: URL, interval: Duration = .seconds(1)) -> Checkpointing {
+            Checkpointing(interval: interval) { token in
+                try? token.write(to: file)
+            }
+        }
+    }
+
+    /// How a download behaves.
+    public struct Configuration: Sendable {
+        /// Extra request headers. `Authorization`, `Cookie` and `Proxy-Authorization` are sent to the
+        /// original origin only and never stored in a token; `Range`, `If-Range` and `Accept-Encoding` are
+        /// the library's own and are ignored here.
+        public var headers: [String: String]
+        /// Where temporary files go; `nil` puts them next to the destination, so finishing is a rename.
+        public var temporaryDirectory: URL?
+        /// What to do when the finished file's name is taken.
+        public var existingFile: ExistingFilePolicy
+        /// How transient failures are retried.
+        public var retry: RetryPolicy
+        /// How long a transfer may stall before it fails with ``ResumableError/Code/timedOut``.
+        public var idleTimeout: Duration
+        /// How many redirects one request may follow.
+        public var maximumRedirects: Int
+        /// Periodic token checkpoints; `nil` for none.
+        public var checkpointing: Checkpointing?
+        /// How often progress is reported at most.
+        public var progressInterval: Duration
+        var transport: any HTTPTransport
+
+        /// Creates a configuration.
+        public init(
+            headers: [String: String] = [:],
+            temporaryDirectory: URL? = nil,
+            existingFile: ExistingFilePolicy = .chooseFreeName,
+            retry: RetryPolicy = .default,
+            idleTimeout: Duration = .seconds(60),
+            maximumRedirects: Int = 10,
+            checkpointing: Checkpointing? = nil,
+            progressInterval: Duration = .milliseconds(100)
+        ) {
+            self.headers = headers
+            self.temporaryDirectory = temporaryDirectory
+            self.existingFile = existingFile
+            self.retry = retry
+            self.idleTimeout = idleTimeout
+            self.maximumRedirects = maximumRedirects
+            self.checkpointing = checkpointing
+            self.progressInterval = progressInterval
+            self.transport = URLSessionTransport()
+        }
+
+        /// The defaults: five retries, a 60 s idle timeout, at most 10 redirects, free names on collision.
+        public static let `default` = Configuration()
+    }
+}

@@ -1,0 +1,203 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The temporary file a download streams into, held open and exclusively locked while in use.
+///
+/// Opened without following symlinks and only when it is a regular file; locked with `flock` so a second
+/// task or process resuming the same token fails at once instead of interleaving writes. Writes are
+/// positional (`pwrite`), so the offset on disk never depends on a shared file position.
+final class PartialFile: Sendable {
+    /// The file's absolute path.
+    let path: String
+    private let descriptor: Int32
+
+    private init(path: String, descriptor: Int32) {
+        self.path = path
+        self.descriptor = descriptor
+    }
+
+    deinit {
+        close(descriptor)
+    }
+
+    /// Creates a new, empty temporary file in `directory`, named as ``TemporaryFileName`` says.
+    static func create(in directory: String) throws(ResumableError) -> PartialFile {
+        let path = (directory as NSString).appendingPathComponent(TemporaryFileName.make())
+        let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { throw .fileSystem("creating", path: path, errno: errno) }
+        let file = PartialFile(path: path, descriptor: descriptor)
+        try file.lock()
+        return file
+    }
+
+    /// Opens the temporary file a token names, refusing symlinks, anything but a regular file, and a file
+    /// that another task holds.
+    static func openExisting(at path: String) throws(ResumableError) -> PartialFile {
+        let descriptor = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard descriptor >= 0 else {
+            let code = errno
+            switch code {
+            case ENOENT:
+                throw ResumableError(
+                    .tokenGone,
+                    "the temporary file '\(path)' is gone: the download already finished or was discarded"
+                )
+            case ELOOP:
+                throw ResumableError(.invalidToken, "the temporary file '\(path)' is a symbolic link")
+            default:
+                throw .fileSystem("opening", path: path, errno: code)
+            }
+        }
+        let file = PartialFile(path: path, descriptor: descriptor)
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { throw .fileSystem("inspecting", path: path, errno: errno) }
+        guard (status.st_mode & S_IFMT) == S_IFREG else {
+            throw ResumableError(.invalidToken, "the temporary file '\(path)' is not a regular file")
+        }
+        try file.lock()
+        return file
+    }
+
+    private func lock() throws(ResumableError) {
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            let code = errno
+            if code == EWOULDBLOCK {
+                throw ResumableError(
+                    .tokenInUse,
+                    "the temporary file '\(path)' is in use by another download (task or process)"
+                )
+            }
+            throw .fileSystem("locking", path: path, errno: code)
+        }
+    }
+
+    /// The file's current size in bytes.
+    func size() throws(ResumableError) -> Int64 {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { throw .fileSystem("inspecting", path: path, errno: errno) }
+        return Int64(status.st_size)
+    }
+
+    /// Cuts the file to `length` bytes.
+    func truncate(to length: Int64) throws(ResumableError) {
+        while ftruncate(descriptor, off_t(length)) != 0 {
+            guard errno == EINTR else { throw .fileSystem("truncating", path: path, errno: errno) }
+        }
+    }
+
+    /// Writes all of `buffer` at `offset`.
+    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int64) throws(ResumableError) {
+        guard var base = buffer.baseAddress else { return }
+        var remaining = buffer.count
+        var position = off_t(offset)
+        while remaining > 0 {
+            let written = pwrite(descriptor, base, remaining, position)
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw .fileSystem("writing", path: path, errno: errno)
+            }
+            if written == 0 {
+                throw .fileSystem("writing", path: path, errno: EIO)
+            }
+            remaining -= written
+            position += off_t(written)
+            base = base.advanced(by: written)
+        }
+    }
+
+    /// Flushes written data to stable storage.
+    func synchronize() throws(ResumableError) {
+        #if canImport(Glibc)
+            let result = fdatasync(descriptor)
+        #else
+            let result = fsync(descriptor)
+        #endif
+        guard result == 0 else { throw .fileSystem("flushing", path: path, errno: errno) }
+    }
+
+    /// Removes the file from its directory (the descriptor stays valid until released).
+    func remove() {
+        unlink(path)
+    }
+
+    /// Moves the finished file to `destination`, atomically, never leaving a partial file there.
+    ///
+    /// With `replacing` an existing file is replaced; otherwise a taken name fails with `EEXIST`, so the
+    /// caller can choose another. Across file systems the data is copied to a sibling of the destination
+    /// first, then renamed.
+    func move(to destination: String, replacing: Bool) throws(ResumableError) {
+        if replacing {
+            if rename(path, destination) == 0 { return }
+            guard errno == EXDEV else { throw .fileSystem("renaming to", path: destination, errno: errno) }
+            let copy = try copyBeside(destination)
+            guard rename(copy, destination) == 0 else {
+                let code = errno
+                unlink(copy)
+                throw .fileSystem("renaming to", path: destination, errno: code)
+            }
+            unlink(path)
+            return
+        }
+        // link(2) fails with EEXIST instead of replacing: an atomic "create only if absent".
+        if link(path, destination) == 0 {
+            unlink(path)
+            return
+        }
+        var code = errno
+        if code == EXDEV {
+            let copy = try copyBeside(destination)
+            if link(copy, destination) == 0 {
+                unlink(copy)
+                unlink(path)
+                return
+            }
+            code = errno
+            unlink(copy)
+        } else if code == EPERM || code == ENOTSUP || code == EOPNOTSUPP {
+            // File systems without hard links: check, then rename (not atomic, the best available).
+            if access(destination, F_OK) != 0, rename(path, destination) == 0 { return }
+            code = access(destination, F_OK) == 0 ? EEXIST : errno
+        }
+        throw .fileSystem("moving to", path: destination, errno: code)
+    }
+
+    /// Copies the whole file into a new temporary sibling of `destination` and returns the copy's path.
+    private func copyBeside(_ destination: String) throws(ResumableError) -> String {
+        let directory = (destination as NSString).deletingLastPathComponent
+        let copy = try PartialFile.create(in: directory)
+        let length = try size()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var offset: Int64 = 0
+        while offset < length {
+            let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, off_t(offset)) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                copy.remove()
+                throw .fileSystem("reading", path: path, errno: errno)
+            }
+            if count == 0 { break }
+            let written = buffer.withUnsafeBytes { bytes in
+                Result { () throws(ResumableError) in
+                    try copy.write(UnsafeRawBufferPointer(rebasing: bytes[0..<count]), at: offset)
+                }
+            }
+            if case .failure(let error) = written {
+                copy.remove()
+                throw error
+            }
+            offset += Int64(count)
+        }
+        do throws(ResumableError) {
+            try copy.synchronize()
+        } catch {
+            copy.remove()
+            throw error
+        }
+        return copy.path
+    }
+}

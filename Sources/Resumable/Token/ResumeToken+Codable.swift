@@ -1,0 +1,188 @@
+import Foundation
+
+extension ResumeToken: Codable {
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case version, url, originalURL, offset, expectedLength, etag, lastModified, responseDate, acceptRanges
+        case tempPath, suggestedFilename, destination, headers, createdAt, updatedAt
+        /// Reserved for a later version that describes several byte ranges in flight.
+        case ranges
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let version = try container.decode(Int.self, forKey: .version)
+        if version > Self.currentVersion {
+            throw ResumableError(
+                .newerTokenVersion,
+                "resume token field 'version' is \(version), but this version of Resumable reads version "
+                    + "\(Self.currentVersion) only; resume it with a newer Resumable"
+            )
+        }
+        guard version == Self.currentVersion else {
+            throw ResumableError.invalidToken(field: "version", "must be \(Self.currentVersion), found \(version)")
+        }
+        if container.contains(.ranges) {
+            throw ResumableError(
+                .newerTokenVersion,
+                "resume token field 'ranges' describes several byte ranges, which needs a newer version of Resumable"
+            )
+        }
+        self.version = version
+        self.url = try Self.decodeHTTPURL(container, .url)
+        self.originalURL = try Self.decodeHTTPURL(container, .originalURL)
+
+        let offset = try Self.decodeInteger(container, .offset)
+        guard offset >= 0 else { throw ResumableError.invalidToken(field: "offset", "is negative (\(offset))") }
+        self.offset = offset
+        let expectedLength =
+            try !container.contains(.expectedLength) || container.decodeNil(forKey: .expectedLength)
+            ? nil : Self.decodeInteger(container, .expectedLength)
+        if let expectedLength {
+            guard expectedLength >= 0 else {
+                throw ResumableError.invalidToken(field: "expectedLength", "is negative (\(expectedLength))")
+            }
+            guard offset <= expectedLength else {
+                throw ResumableError.invalidToken(
+                    field: "offset",
+                    "(\(offset)) is beyond expectedLength (\(expectedLength))"
+                )
+            }
+        }
+        self.expectedLength = expectedLength
+
+        let etag = try Self.decodeHeaderValue(container, .etag)
+        if let etag, EntityTag(etag) == nil {
+            throw ResumableError.invalidToken(field: "etag", "is not an entity tag: \(etag.debugDescription)")
+        }
+        self.etag = etag
+        self.lastModified = try Self.decodeHeaderValue(container, .lastModified)
+        self.responseDate = try Self.decodeHeaderValue(container, .responseDate)
+        self.acceptRanges = try Self.decodeHeaderValue(container, .acceptRanges)
+
+        let tempPath = try container.decode(String.self, forKey: .tempPath)
+        guard tempPath.hasPrefix("/") else {
+            throw ResumableError.invalidToken(
+                field: "tempPath", "is not an absolute path: \(tempPath.debugDescription)")
+        }
+        guard !tempPath.contains("\0"), !tempPath.split(separator: "/").contains("..") else {
+            throw ResumableError.invalidToken(field: "tempPath", "contains '..' or NUL: \(tempPath.debugDescription)")
+        }
+        guard TemporaryFileName.isValid((tempPath as NSString).lastPathComponent) else {
+            throw ResumableError.invalidToken(
+                field: "tempPath",
+                "does not name a Resumable temporary file: \(tempPath.debugDescription)"
+            )
+        }
+        self.tempPath = tempPath
+
+        let suggestedFilename = try container.decode(String.self, forKey: .suggestedFilename)
+        guard SuggestedFilename.sanitize(suggestedFilename) == suggestedFilename else {
+            throw ResumableError.invalidToken(
+                field: "suggestedFilename",
+                "is not a safe file name: \(suggestedFilename.debugDescription)"
+            )
+        }
+        self.suggestedFilename = suggestedFilename
+
+        let destination = try container.decodeIfPresent(String.self, forKey: .destination)
+        if let destination {
+            guard destination.hasPrefix("/"), !destination.contains("\0") else {
+                throw ResumableError.invalidToken(
+                    field: "destination",
+                    "is not an absolute path: \(destination.debugDescription)"
+                )
+            }
+        }
+        self.destination = destination
+
+        let headers = try container.decodeIfPresent([String: String].self, forKey: .headers) ?? [:]
+        for (name, value) in headers {
+            guard HTTPFieldSyntax.isValidName(name), HTTPFieldSyntax.isValidValue(value) else {
+                throw ResumableError.invalidToken(field: "headers", "holds an invalid header \(name.debugDescription)")
+            }
+            guard !SensitiveHeaders.contains(name) else {
+                throw ResumableError.invalidToken(field: "headers", "must never hold \(name)")
+            }
+        }
+        self.headers = headers
+        self.createdAt = try Self.decodeDate(container, .createdAt)
+        self.updatedAt = try Self.decodeDate(container, .updatedAt)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(version, forKey: .version)
+        try container.encode(url.absoluteString, forKey: .url)
+        try container.encode(originalURL.absoluteString, forKey: .originalURL)
+        try container.encode(offset, forKey: .offset)
+        try container.encode(expectedLength, forKey: .expectedLength)
+        try container.encode(etag, forKey: .etag)
+        try container.encode(lastModified, forKey: .lastModified)
+        try container.encode(responseDate, forKey: .responseDate)
+        try container.encode(acceptRanges, forKey: .acceptRanges)
+        try container.encode(tempPath, forKey: .tempPath)
+        try container.encode(suggestedFilename, forKey: .suggestedFilename)
+        try container.encode(destination, forKey: .destination)
+        try container.encode(headers, forKey: .headers)
+        try container.encode(ISO8601.format(createdAt), forKey: .createdAt)
+        try container.encode(ISO8601.format(updatedAt), forKey: .updatedAt)
+    }
+
+    private static func decodeHTTPURL(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws -> URL
+    {
+        let string = try container.decode(String.self, forKey: key)
+        guard let url = URL(string: string), HTTPURL.isSupported(url) else {
+            throw ResumableError.invalidToken(
+                field: key.rawValue, "is not an http or https URL: \(string.debugDescription)")
+        }
+        return url
+    }
+
+    private static func decodeInteger(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws
+        -> Int64
+    {
+        guard container.contains(key) else { throw ResumableError.invalidToken(field: key.rawValue, "is missing") }
+        do {
+            return try container.decode(Int64.self, forKey: key)
+        } catch {
+            throw ResumableError.invalidToken(field: key.rawValue, "is not a 64-bit integer")
+        }
+    }
+
+    private static func decodeHeaderValue(
+        _ container: KeyedDecodingContainer<CodingKeys>,
+        _ key: CodingKeys
+    ) throws -> String? {
+        guard let value = try container.decodeIfPresent(String.self, forKey: key) else { return nil }
+        guard HTTPFieldSyntax.isValidValue(value) else {
+            throw ResumableError.invalidToken(field: key.rawValue, "holds characters a header cannot carry")
+        }
+        return value
+    }
+
+    private static func decodeDate(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws -> Date {
+        let string = try container.decode(String.self, forKey: key)
+        guard let date = ISO8601.parse(string) else {
+            throw ResumableError.invalidToken(
+                field: key.rawValue, "is not an ISO 8601 date: \(string.debugDescription)")
+        }
+        return date
+    }
+}
+
+/// ISO 8601 dates with millisecond precision, as the token format writes them.
+enum ISO8601 {
+    static func format(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: date)
+    }
+
+    static func parse(_ string: String) -> Date? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = formatter.date(from: string) { return date }
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.date(from: string)
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+
+/// Everything needed to continue an interrupted download, in this process or another.
+///
+/// A token is what ``DownloadTask/cancelProducingResumeData()`` returns and what a transient
+/// ``ResumableError`` carries. It is `Codable`: its JSON form is a stable, versioned contract documented
+/// in `docs/resume-token.md`, so it can be written to disk and handed to another process, which passes
+/// it to ``DownloadTask/resume(from:replacingURL:configuration:)``.
+///
+/// A token is data from outside: decoding validates every field and rejects anything this library
+/// would not have written, with a ``ResumableError`` of code ``ResumableError/Code/invalidToken`` that
+/// names the field.
+public struct ResumeToken: Sendable, Hashable {
+    /// The version of the JSON format this library writes and reads.
+    public static let currentVersion = 1
+
+    /// The format version of this token.
+    public let version: Int
+    /// The URL to resume from: the final URL of the last request, after redirects.
+    public let url: URL
+    /// The URL the download was started with.
+    public let originalURL: URL
+    /// How many bytes are safely in the temporary file; the resume asks for `bytes=offset-`.
+    public let offset: Int64
+    /// The size of the whole representation, when the server announced it.
+    public let expectedLength: Int64?
+    /// The `ETag` of the representation, exactly as received (quotes and `W/` included).
+    public let etag: String?
+    /// The `Last-Modified` of the representation, exactly as received.
+    public let lastModified: String?
+    /// The `Date` of the response that carried the validators, exactly as received.
+    ///
+    /// It tells whether ``lastModified`` is a strong validator (RFC 9110 §8.8.2.2).
+    public let responseDate: String?
+    /// The `Accept-Ranges` of the last response, exactly as received; `none` advises against resuming.
+    public let acceptRanges: String?
+    /// The absolute path of the temporary file holding the first ``offset`` bytes.
+    public let tempPath: String
+    /// The sanitized name the finished file gets when the destination is a directory.
+    public let suggestedFilename: String
+    /// Where the finished file goes, as chosen when the download started.
+    ///
+    /// A path ending in `/` is a directory (the file gets ``suggestedFilename`` there); any other path is
+    /// the exact file. `nil` means the directory that holds ``tempPath``.
+    public let destination: String?
+    /// Request headers that were safe to store and are sent again on resume.
+    ///
+    /// `Authorization`, `Cookie` and `Proxy-Authorization` are never stored.
+    public let headers: [String: String]
+    /// When the download started.
+    public let createdAt: Date
+    /// When this token was produced.
+    public let updatedAt: Date
+
+    init(
+        url: URL,
+        originalURL: URL,
+        offset: Int64,
+        expectedLength: Int64?,
+        etag: String?,
+        lastModified: String?,
+        responseDate: String?,
+        acceptRanges: String?,
+        tempPath: String,
+        suggestedFilename: String,
+        destination: String?,
+        headers: [String: String],
+        createdAt: Date,
+        updatedAt: Date
+    ) {
+        self.version = Self.currentVersion
+        self.url = url
+        self.originalURL = originalURL
+        self.offset = offset
+        self.expectedLength = expectedLength
+        self.etag = etag
+        self.lastModified = lastModified
+        self.responseDate = responseDate
+        self.acceptRanges = acceptRanges
+        self.tempPath = tempPath
+        self.suggestedFilename = suggestedFilename
+        self.destination = destination
+        self.headers = headers.filter { !SensitiveHeaders.contains($0.key) }
+        self.createdAt = createdAt.truncatedToMilliseconds
+        self.updatedAt = updatedAt.truncatedToMilliseconds
+    }
+
+    /// Whether the server advised against range requests (`Accept-Ranges: none`, RFC 9110 §14.3).
+    ///
+    /// Resuming such a token still works when the server answers correctly, and is safe when it does not:
+    /// any answer that cannot be joined restarts the download.
+    public var serverAdvisesAgainstRanges: Bool {
+        acceptRanges?.trimmingCharacters(in: .whitespaces).lowercased() == "none"
+    }
+}
+
+extension ResumeToken {
+    /// Decodes a token from its JSON form, validating every field.
+    ///
+    /// - Throws: ``ResumableError`` with code ``ResumableError/Code/invalidToken`` naming the field at fault,
+    ///   or ``ResumableError/Code/newerTokenVersion`` for a token from a newer format.
+    public init(jsonData: Data) throws(ResumableError) {
+        do {
+            self = try JSONDecoder().decode(ResumeToken.self, from: jsonData)
+        } catch let error as ResumableError {
+            throw error
+        } catch let DecodingError.keyNotFound(key, _) {
+            throw .invalidToken(field: key.stringValue, "is missing")
+        } catch let DecodingError.typeMismatch(_, context) {
+            throw .invalidToken(
+                field: context.codingPath.map(\.stringValue).joined(separator: "."), "has the wrong type")
+        } catch let DecodingError.valueNotFound(_, context) {
+            throw .invalidToken(field: context.codingPath.map(\.stringValue).joined(separator: "."), "is null")
+        } catch let DecodingError.dataCorrupted(context) where !context.codingPath.isEmpty {
+            throw .invalidToken(field: context.codingPath.map(\.stringValue).joined(separator: "."), "is out of range")
+        } catch {
+            throw ResumableError(.invalidToken, "resume token is not valid JSON", underlying: error)
+        }
+    }
+
+    /// The token's JSON form: sorted keys, pretty-printed, slashes unescaped.
+    public func jsonData() -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        // Encoding a token cannot fail: every field is a string, number, boolean or null.
+        return (try? encoder.encode(self)) ?? Data()
+    }
+}
+
+extension Date {
+    /// The date with sub-millisecond precision dropped, so that it survives an ISO 8601 round trip.
+    var truncatedToMilliseconds: Date {
+        Date(timeIntervalSince1970: (timeIntervalSince1970 * 1000).rounded(.down) / 1000)
+    }
+}

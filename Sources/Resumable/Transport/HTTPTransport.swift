@@ -1,0 +1,54 @@
+import Foundation
+
+/// One header field, name and value as sent or received.
+struct HTTPHeader: Hashable, Sendable {
+    var name: String
+    var value: String
+}
+
+/// What the engine asks a transport to send: always a GET.
+struct TransportRequest: Hashable, Sendable {
+    var url: URL
+    var headers: [HTTPHeader]
+    /// How long the transfer may stall (no bytes in either direction) before it fails with a timeout.
+    var idleTimeout: Duration
+}
+
+/// The status line and headers of one response, as a transport received them.
+struct ResponseHead: Sendable {
+    var status: Int
+    var headers: [HTTPHeader]
+
+    /// The first value of the named header, compared case-insensitively.
+    func value(_ name: String) -> String? {
+        headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+    }
+
+    /// Every value of the named header, in order.
+    func values(_ name: String) -> [String] {
+        headers.filter { $0.name.caseInsensitiveCompare(name) == .orderedSame }.map(\.value)
+    }
+}
+
+/// Receives a response as it arrives. Called on the transport's thread, one call at a time.
+protocol ResponseConsumer: Sendable {
+    /// The head arrived. Return `false` to stop the request without reading the body.
+    func receive(_ head: ResponseHead) -> Bool
+    /// A piece of the body arrived. Throw to abort the request; the error is what `execute` throws.
+    func receive(_ body: UnsafeRawBufferPointer) throws(ResumableError)
+}
+
+/// Sends one HTTP request and streams the answer into a consumer, without following redirects.
+///
+/// The seam between the resume logic and the network: the engine decides what to send and whether an
+/// answer may be joined; a transport only moves bytes. Redirects, retries and validation all live in the
+/// engine, so every transport behaves the same.
+protocol HTTPTransport: Sendable {
+    /// Performs `request`, delivering the head and then the body to `consumer`.
+    ///
+    /// Returns when the body ended as the server framed it (or when the consumer declined the head).
+    /// Throws a ``ResumableError`` (``ResumableError/Code/network``, ``ResumableError/Code/timedOut``,
+    /// ``ResumableError/Code/incompleteBody``, ``ResumableError/Code/cancelled``, or whatever the consumer
+    /// threw) when it did not. Cancelling the calling task cancels the request.
+    func execute(_ request: TransportRequest, consumer: some ResponseConsumer) async throws(ResumableError)
+}

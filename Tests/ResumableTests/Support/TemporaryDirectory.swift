@@ -1,0 +1,23 @@
+import Foundation
+
+/// A fresh directory under the system's temporary directory, removed when the value is released.
+final class TemporaryDirectory: Sendable {
+    let url: URL
+
+    init() throws {
+        url = URL(fileURLWithPath: NSTemporaryDirectory(), isDirectory: true)
+            .appendingPathComponent("resumable-tests-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    deinit {
+        try? FileManager.default.removeItem(at: url)
+    }
+
+    var path: String { url.path }
+
+    /// The names in the directory, sorted, hidden ones included.
+    func contents() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []).sorted()
+    }
+}
