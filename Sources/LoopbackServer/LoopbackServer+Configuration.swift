@@ -1,0 +1,32 @@
+extension LoopbackServer {
+    /// Where the server binds and server-wide transfer settings.
+    public struct Configuration: Sendable, Hashable {
+        /// The address to bind: an IPv4 or IPv6 literal, or `localhost`; `127.0.0.1` by default.
+        public var host: String
+        /// The port to bind; 0 (the default) picks a random free port.
+        public var port: UInt16
+        /// Pace every response body at this many bytes per second unless a ``Behavior`` overrides it.
+        public var throttleBytesPerSecond: Int?
+        /// Close each connection after sending this many body bytes unless a ``Behavior`` overrides it.
+        public var dropAfterBytes: Int64?
+
+        /// Creates a configuration.
+        ///
+        /// - Parameters:
+        ///   - host: The address to bind.
+        ///   - port: The port, 0 for a random free one.
+        ///   - throttleBytesPerSecond: Server-wide body pacing.
+        ///   - dropAfterBytes: Server-wide body cut-off.
+        public init(
+            host: String = "127.0.0.1",
+            port: UInt16 = 0,
+            throttleBytesPerSecond: Int? = nil,
+            dropAfterBytes: Int64? = nil
+        ) {
+            self.host = host
+            self.port = port
+            self.throttleBytesPerSecond = throttleBytesPerSecond
+            self.dropAfterBytes = dropAfterBytes
+        }
+    }
+}

@@ -1,0 +1,60 @@
+/// A request received by ``LoopbackServer``, recorded before it is answered.
+///
+/// Only requests whose head could be parsed are recorded; malformed requests are answered with
+/// `400 Bad Request` and are not recorded.
+public struct RecordedRequest: Sendable {
+    /// The request method as sent, e.g. `"GET"`.
+    public let method: String
+    /// The request-target as sent, e.g. `"/a.bin?x=1"`.
+    public let target: String
+    /// The path part of the target, without the query (still percent-encoded, as sent).
+    public let path: String
+    /// The query part of the target without the `?`, or `nil` when there is none.
+    public let query: String?
+    /// The HTTP version from the request line, e.g. `"HTTP/1.1"`.
+    public let version: String
+    /// The request headers in the order received.
+    public let headers: [HeaderField]
+
+    /// Creates a recorded request.
+    ///
+    /// - Parameters:
+    ///   - method: The request method.
+    ///   - target: The request-target as sent.
+    ///   - path: The path without the query.
+    ///   - query: The query without the `?`, if any.
+    ///   - version: The HTTP version string.
+    ///   - headers: The headers in order.
+    public init(
+        method: String,
+        target: String,
+        path: String,
+        query: String? = nil,
+        version: String = "HTTP/1.1",
+        headers: [HeaderField]
+    ) {
+        self.method = method
+        self.target = target
+        self.path = path
+        self.query = query
+        self.version = version
+        self.headers = headers
+    }
+
+    /// The first value of the header called `name`, compared case-insensitively.
+    ///
+    /// - Parameter name: The header name.
+    /// - Returns: The first matching value, or `nil` when the header is absent.
+    public func header(_ name: String) -> String? {
+        headers.firstValue(named: name)
+    }
+
+    /// All values of the header called `name`, compared case-insensitively, in order.
+    ///
+    /// - Parameter name: The header name.
+    /// - Returns: Every matching value (possibly empty).
+    public func headerValues(_ name: String) -> [String] {
+        let lowered = name.lowercased()
+        return headers.filter { $0.name.lowercased() == lowered }.map(\.value)
+    }
+}

@@ -1,0 +1,39 @@
+import Foundation
+
+extension Resource {
+    /// Where a resource's bytes come from.
+    public enum Body: Sendable, Hashable {
+        /// Bytes held in memory.
+        case bytes([UInt8])
+        /// Deterministic content of `length` bytes computed per position from `seed`; never allocated.
+        case generated(length: Int64, seed: UInt64)
+        /// A file read with `pread` in chunks at response time; its current size is served.
+        case file(URL)
+    }
+}
+
+extension Resource.Body {
+    /// The strong ETag derived from the content.
+    var defaultETag: String? {
+        switch self {
+        case .bytes(let bytes):
+            var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+            for byte in bytes {
+                hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
+            }
+            return "\"\(String(hash, radix: 16))-\(String(bytes.count, radix: 16))\""
+        case .generated(let length, let seed):
+            return "\"g\(String(seed, radix: 16))-\(String(UInt64(bitPattern: length), radix: 16))\""
+        case .file(let url):
+            return FileInfo.of(path: url.path).map(\.etag)
+        }
+    }
+
+    /// The default Last-Modified: the file's modification time, or one hour ago.
+    var defaultLastModified: String? {
+        if case .file(let url) = self, let info = FileInfo.of(path: url.path) {
+            return info.lastModified
+        }
+        return HTTPDate.format(secondsSince1970: HTTPDate.currentSeconds() - 3600)
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+extension ServerCore {
+    /// What reading a request head produced.
+    enum HeadReadResult {
+        /// A parsed head.
+        case request(HTTPRequestHead)
+        /// A malformed or oversized head: answer this status and close.
+        case invalid(status: Int)
+        /// The peer closed or timed out before sending a complete head.
+        case closed
+    }
+
+    /// Serves one connection: one request, one response, then close (`Connection: close`).
+    func serve(connection descriptor: Int32) {
+        SocketIO.setOption(descriptor, level: Int32(IPPROTO_TCP), name: TCP_NODELAY, value: 1)
+        SocketIO.setReceiveTimeout(descriptor, milliseconds: 30_000)
+        var reset = false
+        switch readHead(descriptor) {
+        case .closed:
+            break
+        case .invalid(let status):
+            let builder = ResponseBuilder(
+                head: HTTPRequestHead(method: "GET", target: "/", version: "HTTP/1.1", headers: []),
+                configuration: configuration)
+            var plan = builder.errorPage(status)
+            plan.dropAfterBytes = nil
+            plan.throttleBytesPerSecond = nil
+            _ = write(plan, source: nil, on: descriptor)
+        case .request(let head):
+            reset = respond(to: head, on: descriptor)
+        }
+        finish(connection: descriptor, reset: reset)
+    }
+
+    /// Reads up to and including the empty line ending the head.
+    func readHead(_ descriptor: Int32) -> HeadReadResult {
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 8192)
+        while true {
+            let received = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            if received < 0 && errno == EINTR { continue }
+            guard received > 0 else { return .closed }
+            buffer += chunk[0..<received]
+            if let end = HTTPRequestHead.headEnd(in: buffer) {
+                guard end <= HTTPRequestHead.maxHeadSize else { return .invalid(status: 431) }
+                do {
+                    return .request(try HTTPRequestHead.parse(buffer[0..<end]))
+                } catch {
+                    return .invalid(status: error.status)
+                }
+            }
+            if buffer.count > HTTPRequestHead.maxHeadSize { return .invalid(status: 431) }
+        }
+    }
+
+    /// Records the request, picks the response and writes it; returns whether to reset the connection.
+    func respond(to head: HTTPRequestHead, on descriptor: Int32) -> Bool {
+        let recorded = head.recorded
+        let decodedPath = PercentDecoding.decodeString(recorded.path)
+        let (action, registered, staticRoot) = state.withLock { state in
+            state.requests.append(recorded)
+            var action: QueuedAction?
+            for key in [recorded.path, decodedPath].compactMap(\.self) where action == nil {
+                if var queue = state.queues[key], !queue.isEmpty {
+                    action = queue.removeFirst()
+                    state.queues[key] = queue.isEmpty ? nil : queue
+                }
+            }
+            let resource = state.resources[recorded.path] ?? decodedPath.flatMap { state.resources[$0] }
+            return (action, resource, state.staticRoot)
+        }
+        let builder = ResponseBuilder(head: head, configuration: configuration)
+        var queuedBehavior: Behavior?
+        switch action {
+        case .scripted(let response):
+            return write(builder.scripted(response), source: nil, on: descriptor)
+        case .behavior(let behavior):
+            queuedBehavior = behavior
+        case nil:
+            break
+        }
+        guard head.method == "GET" || head.method == "HEAD" else {
+            return write(builder.errorPage(405, extraHeaders: [HeaderField("Allow", "GET, HEAD")]), on: descriptor)
+        }
+        var resource: Resource
+        var isStaticFile = false
+        if let registered {
+            resource = registered
+        } else if let staticRoot {
+            switch StaticFileResolver.resolve(path: recorded.path, root: staticRoot) {
+            case .file(let url):
+                resource = Resource(body: .file(url), etag: nil, lastModified: nil)
+                isStaticFile = true
+            case .forbidden:
+                return write(builder.errorPage(403), on: descriptor)
+            case .notFound:
+                return write(builder.errorPage(404), on: descriptor)
+            }
+        } else {
+            return write(builder.errorPage(404), on: descriptor)
+        }
+        let behavior = queuedBehavior ?? resource.behavior
+        if let status = behavior.status {
+            return write(builder.status(status, resource: resource, behavior: behavior), on: descriptor)
+        }
+        if let redirect = behavior.redirect {
+            return write(builder.redirect(redirect, resource: resource, behavior: behavior), on: descriptor)
+        }
+        guard let source = ContentSource(body: resource.body) else {
+            return write(builder.errorPage(404), on: descriptor)
+        }
+        if isStaticFile, let info = source.fileInfo {
+            resource.etag = info.etag
+            resource.lastModified = info.lastModified
+        }
+        return write(
+            builder.content(resource: resource, behavior: behavior, source: source), source: source, on: descriptor)
+    }
+
+    /// Writes a plan; returns whether the connection must be reset.
+    private func write(_ plan: ResponsePlan, source: ContentSource? = nil, on descriptor: Int32) -> Bool {
+        let needsScratch =
+            plan.includesBody
+            && plan.parts.contains { part in
+                if case .literal = part { return false }
+                return true
+            }
+        let scratch = UnsafeMutableRawBufferPointer.allocate(
+            byteCount: needsScratch ? ResponseWriter.chunkSize : 1, alignment: 16)
+        defer { scratch.deallocate() }
+        let writer = ResponseWriter(descriptor: descriptor, plan: plan, source: source, scratch: scratch) {
+            [self] in isStopping
+        }
+        let outcome = writer.write()
+        return outcome == .dropped && plan.resetOnDrop
+    }
+}
