@@ -10,7 +10,8 @@ let package = Package(
         .executable(name: "resumable", targets: ["ResumableCLI"]),
     ],
     targets: [
-        .target(name: "Resumable"),
+        .target(name: "CResumable"),
+        .target(name: "Resumable", dependencies: ["CResumable"]),
         .target(name: "LoopbackServer"),
         .executableTarget(
             name: "ResumableCLI",

@@ -65,4 +65,6 @@ public struct DownloadResult: Hashable, Sendable {
     public var etag: String?
     /// The `Last-Modified` the file was received under, exactly as sent.
     public var lastModified: String?
+    /// The finished file's SHA-256 in lowercase hex, when the configuration asked for it.
+    public var sha256: String?
 }

@@ -109,7 +109,8 @@ extension DownloadTask {
     public struct Checkpointing: Sendable {
         /// How often a checkpoint is taken while bytes arrive.
         public var interval: Duration
-        /// Receives each checkpoint. Called only after the bytes the token covers were flushed to disk.
+        /// Receives each checkpoint. Called only after the bytes the token covers were flushed to disk: once as
+        /// soon as a response is accepted (the offset may be 0 then), and every ``interval`` while data arrives.
         public var handler: @Sendable (ResumeToken) -> Void
 
         /// Calls `handler` with a fresh token every `interval` while data arrives.
@@ -146,6 +147,12 @@ extension DownloadTask {
         public var checkpointing: Checkpointing?
         /// How often progress is reported at most.
         public var progressInterval: Duration
+        /// The SHA-256 the finished file must have (hex, either case). On a mismatch the temporary file is
+        /// deleted, nothing is moved into place, and the task fails with ``ResumableError/Code/checksumMismatch``.
+        public var expectedSHA256: String?
+        /// Whether to compute the finished file's SHA-256 into ``DownloadResult/sha256`` (implied by
+        /// ``expectedSHA256``). It reads the file once more before it is moved into place.
+        public var computesSHA256: Bool
         var transport: any HTTPTransport
 
         /// Creates a configuration.
@@ -157,8 +164,12 @@ extension DownloadTask {
             idleTimeout: Duration = .seconds(60),
             maximumRedirects: Int = 10,
             checkpointing: Checkpointing? = nil,
-            progressInterval: Duration = .milliseconds(100)
+            progressInterval: Duration = .milliseconds(100),
+            expectedSHA256: String? = nil,
+            computesSHA256: Bool = false
         ) {
+            self.expectedSHA256 = expectedSHA256
+            self.computesSHA256 = computesSHA256
             self.headers = headers
             self.temporaryDirectory = temporaryDirectory
             self.existingFile = existingFile

@@ -159,26 +159,12 @@ public final class DownloadTask: Sendable {
         engine.requestStop(.pause)
         task.cancel()
         guard case .failure = await task.value else { return nil }
-        guard let token = engine.makeToken() else {
-            engine.file.remove()
-            return nil
-        }
-        do {
-            try engine.file.synchronize()
-        } catch {
-            return nil
-        }
-        return token
+        return engine.makeToken()
     }
 
     /// Stops the transfer and deletes the temporary file.
     public func cancel() {
         engine.requestStop(.discard)
         task.cancel()
-        let engine = engine
-        let task = task
-        Task {
-            if case .failure = await task.value { engine.file.remove() }
-        }
     }
 }

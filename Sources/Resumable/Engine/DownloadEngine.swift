@@ -63,8 +63,10 @@ final class DownloadEngine: Sendable {
         state.withLock { token(for: $0.machine) }
     }
 
-    private func token(for machine: ResumeStateMachine) -> ResumeToken? {
-        guard machine.offset > 0, machine.isResumable else { return nil }
+    /// A token for the current state; with `allowingEmpty`, also at offset 0 (for checkpoints: a hand-off
+    /// before the first byte is still a hand-off).
+    private func token(for machine: ResumeStateMachine, allowingEmpty: Bool = false) -> ResumeToken? {
+        guard machine.offset > 0 || allowingEmpty, machine.isResumable else { return nil }
         return ResumeToken(
             url: machine.url,
             originalURL: machine.originalURL,
@@ -95,8 +97,16 @@ final class DownloadEngine: Sendable {
         case .success(let downloaded):
             events.send(.finished(downloaded))
         case .failure:
-            break
+            // Keep the bytes when a token can resume them; otherwise nothing is worth keeping.
+            let discard = state.withLock { $0.stop == .discard }
+            if !discard, makeToken() != nil {
+                try? file.synchronize()
+            } else {
+                file.remove()
+            }
         }
+        // Another task or process may take the file over from here on.
+        file.release()
         events.finish()
         return result
     }
@@ -168,16 +178,10 @@ final class DownloadEngine: Sendable {
         }
     }
 
-    /// Attaches a token to a failure when there is something to resume, and removes the temporary file
-    /// when there is not.
+    /// Attaches a token to a failure when there is something to resume.
     private func failed(_ error: ResumableError) -> ResumableError {
         var error = error
-        if let token = makeToken() {
-            try? file.synchronize()
-            error.resumeToken = token
-        } else {
-            file.remove()
-        }
+        error.resumeToken = makeToken()
         return error
     }
 
@@ -195,6 +199,20 @@ final class DownloadEngine: Sendable {
                 )
             }
             try file.synchronize()
+            var digest: String?
+            if configuration.computesSHA256 || configuration.expectedSHA256 != nil {
+                digest = try file.sha256()
+            }
+            if let expected = configuration.expectedSHA256, expected.lowercased() != digest {
+                state.withLock { $0.stop = .discard }
+                return .failure(
+                    ResumableError(
+                        .checksumMismatch,
+                        "the downloaded file's SHA-256 is \(digest ?? "?"), expected \(expected.lowercased()); "
+                            + "it was deleted"
+                    )
+                )
+            }
             let finalPath = try moveIntoPlace(suggestedFilename: machine.suggestedFilename)
             return .success(
                 DownloadResult(
@@ -205,7 +223,8 @@ final class DownloadEngine: Sendable {
                     status: machine.lastStatus ?? 200,
                     url: machine.url,
                     etag: machine.validators.etag,
-                    lastModified: machine.validators.lastModified
+                    lastModified: machine.validators.lastModified,
+                    sha256: digest
                 )
             )
         } catch {
@@ -302,6 +321,14 @@ final class DownloadEngine: Sendable {
             }
         }
         emitProgress()
+        if configuration.checkpointing != nil {
+            let token = state.withLock { state in
+                state.checkpointInFlight = true
+                state.lastCheckpointAt = .now
+                return self.token(for: state.machine, allowingEmpty: true)
+            }
+            takeCheckpoint(token)
+        }
         return true
     }
 
@@ -331,7 +358,7 @@ final class DownloadEngine: Sendable {
             return (emit, checkpoint)
         }
         if emit { emitProgress() }
-        if checkpoint { takeCheckpoint() }
+        if checkpoint { takeCheckpoint(makeToken()) }
     }
 
     private func emitProgress() {
@@ -360,9 +387,8 @@ final class DownloadEngine: Sendable {
 
     /// Flushes the temporary file off the write path, then hands a token covering the flushed bytes to the
     /// checkpoint handler.
-    private func takeCheckpoint() {
+    private func takeCheckpoint(_ token: ResumeToken?) {
         guard let checkpointing = configuration.checkpointing else { return }
-        let token = makeToken()
         Task.detached { [self] in
             defer { state.withLock { $0.checkpointInFlight = false } }
             guard let token else { return }

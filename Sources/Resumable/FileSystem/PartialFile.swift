@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -15,6 +16,7 @@ final class PartialFile: Sendable {
     /// The file's absolute path.
     let path: String
     private let descriptor: Int32
+    private let released = Atomic<Bool>(false)
 
     private init(path: String, descriptor: Int32) {
         self.path = path
@@ -22,6 +24,12 @@ final class PartialFile: Sendable {
     }
 
     deinit {
+        release()
+    }
+
+    /// Closes the file, which releases its lock. No other method may be called afterwards.
+    func release() {
+        guard !released.exchange(true, ordering: .acquiringAndReleasing) else { return }
         close(descriptor)
     }
 
@@ -118,6 +126,11 @@ final class PartialFile: Sendable {
             let result = fsync(descriptor)
         #endif
         guard result == 0 else { throw .fileSystem("flushing", path: path, errno: errno) }
+    }
+
+    /// The lowercase hex SHA-256 of the file's contents.
+    func sha256() throws(ResumableError) -> String {
+        try SHA256.hex(ofDescriptor: descriptor, path: path)
     }
 
     /// Removes the file from its directory (the descriptor stays valid until released).

@@ -67,3 +67,42 @@ struct DownloadFixture {
 func testBytes(count: Int, seed: UInt64 = 1) -> [UInt8] {
     Resource.generatedBytes(seed: seed, range: 0..<Int64(count))
 }
+
+extension DownloadFixture {
+    /// Downloads `path` while the server drops the connection after `bytes` body bytes, with no retries,
+    /// and returns the token the failure carries.
+    func interruptedToken(_ path: String = "/file.bin", after bytes: Int64) async throws -> ResumeToken {
+        server.enqueue(behavior: Behavior(dropAfterBytes: bytes), for: path)
+        let task = try download(path, configuration: DownloadFixture.configuration(retries: 0))
+        let error = try #require(await failure(of: task))
+        #expect(error.isTransient, "\(error)")
+        let token = try #require(error.resumeToken, "a transient failure carries a token: \(error)")
+        #expect(token.offset == bytes)
+        return token
+    }
+
+    /// Resumes `token` after a trip through JSON on disk, as another process would.
+    func resumeThroughDisk(
+        _ token: ResumeToken,
+        replacingURL: URL? = nil,
+        configuration: DownloadTask.Configuration = DownloadFixture.configuration()
+    ) throws -> DownloadTask {
+        let file = directory.url.appendingPathComponent("token.json")
+        try token.write(to: file)
+        let decoded = try ResumeToken(contentsOf: file)
+        #expect(decoded == token)
+        try FileManager.default.removeItem(at: file)
+        return try DownloadTask.resume(from: decoded, replacingURL: replacingURL, configuration: configuration)
+    }
+}
+
+/// The error `task` failed with, or `nil` (recording an issue) when it succeeded.
+func failure(of task: DownloadTask) async -> ResumableError? {
+    switch await task.result {
+    case .success(let result):
+        Issue.record("expected the download to fail, it finished: \(result)")
+        return nil
+    case .failure(let error):
+        return error
+    }
+}

@@ -1,0 +1,19 @@
+#ifndef CRESUMABLE_H
+#define CRESUMABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/// Incremental SHA-256 (FIPS 180-4).
+typedef struct {
+    uint32_t state[8];
+    uint64_t length;
+    uint8_t buffer[64];
+    size_t buffered;
+} cresumable_sha256_context;
+
+void cresumable_sha256_init(cresumable_sha256_context *context);
+void cresumable_sha256_update(cresumable_sha256_context *context, const void *data, size_t count);
+void cresumable_sha256_final(cresumable_sha256_context *context, uint8_t digest[32]);
+
+#endif
