@@ -110,6 +110,7 @@ struct ResumeStateMachine: Sendable {
     private(set) var validators: Validators
     private(set) var acceptRanges: String?
     private(set) var suggestedFilename: String
+    private var hasNameFromResponse = false
     /// `false` once a content-encoded answer was accepted: offsets then count decoded bytes.
     private(set) var isResumable = true
     /// The status of the last response whose body was accepted.
@@ -151,6 +152,7 @@ struct ResumeStateMachine: Sendable {
         )
         self.acceptRanges = token.acceptRanges
         self.suggestedFilename = token.suggestedFilename
+        self.hasNameFromResponse = true
         self.headers = headers
         self.maximumRedirects = maximumRedirects
     }
@@ -410,11 +412,11 @@ struct ResumeStateMachine: Sendable {
         let lastModified = head.value("Last-Modified").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
         let date = head.value("Date").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
         validators = Validators(etag: etag, lastModified: lastModified, responseDate: date)
-        if let disposition = head.value("Content-Disposition"), offset == 0 {
-            let chosen = SuggestedFilename.choose(contentDisposition: disposition, url: url)
-            if chosen != SuggestedFilename.fallback || suggestedFilename == SuggestedFilename.fallback {
-                suggestedFilename = chosen
-            }
+        if !hasNameFromResponse {
+            // The first response names the file (after redirects); later ones need not repeat it (§15.3.7).
+            suggestedFilename = SuggestedFilename.choose(
+                contentDisposition: head.value("Content-Disposition"), url: url)
+            hasNameFromResponse = true
         }
     }
 

@@ -145,7 +145,9 @@ struct AnswerHandlingTests {
 
     @Test(
         "WPT invalid Content-Range values are never joined",
-        arguments: ["0-1/1000", "bytes -10-100", "bytes 7-4/10", "bytes ABC-1/10", "80", "bytes something", "-12", "bytes 3 3"]
+        arguments: [
+            "0-1/1000", "bytes -10-100", "bytes 7-4/10", "bytes ABC-1/10", "80", "bytes something", "-12", "bytes 3 3",
+        ]
     )
     func invalidContentRange(value: String) async throws {
         let fixture = try DownloadFixture()
@@ -220,8 +222,9 @@ struct AnswerHandlingTests {
         #expect(try fixture.contents(of: result.fileURL) == content)
     }
 
-    @Test("A body cut short (Content-Length or chunked without the last chunk) is resumed, never complete",
-          arguments: [false, true])
+    @Test(
+        "A body cut short (Content-Length or chunked without the last chunk) is resumed, never complete",
+        arguments: [false, true])
     func earlyClose(chunked: Bool) async throws {
         let fixture = try DownloadFixture()
         let content = testBytes(count: 30_000)
@@ -249,7 +252,8 @@ struct AnswerHandlingTests {
         let fixture = try DownloadFixture()
         let body = testBytes(count: 10_000)
         fixture.server.enqueue(
-            ScriptedResponse(status: 200, headers: [HeaderField("Content-Length", "100"), HeaderField("ETag", "\"x\"")], body: body),
+            ScriptedResponse(
+                status: 200, headers: [HeaderField("Content-Length", "100"), HeaderField("ETag", "\"x\"")], body: body),
             for: "/file.bin"
         )
         switch try await fixture.download(configuration: DownloadFixture.configuration(retries: 0)).result {

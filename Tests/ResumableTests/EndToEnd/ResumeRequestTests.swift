@@ -107,7 +107,8 @@ struct ResumeRequestTests {
     func lastModifiedChanged() async throws {
         let fixture = try DownloadFixture()
         let modified = "Sat, 07 Nov 2026 10:00:00 GMT"
-        fixture.serve(.bytes(testBytes(count: 5000), etag: nil, lastModified: modified, date: "Sat, 07 Nov 2026 11:00:00 GMT"))
+        fixture.serve(
+            .bytes(testBytes(count: 5000), etag: nil, lastModified: modified, date: "Sat, 07 Nov 2026 11:00:00 GMT"))
         let token = try await fixture.interruptedToken(after: 1000)
         let updated = testBytes(count: 6000, seed: 2)
         fixture.serve(.bytes(updated, etag: nil, lastModified: "Sun, 08 Nov 2026 10:00:00 GMT"))

@@ -1,0 +1,120 @@
+import Foundation
+import LoopbackServer
+import Testing
+
+@testable import Resumable
+
+/// What a resume does with the temporary file a token names.
+@Suite("Reconciling a token with its temporary file")
+struct TokenReconciliationTests {
+    @Test("A temporary file shorter than the token says resumes from what is really there")
+    func lostTail() async throws {
+        let fixture = try DownloadFixture()
+        let content = testBytes(count: 10_000)
+        fixture.serve(.bytes(content))
+        let token = try await fixture.interruptedToken(after: 6000)
+        try FileHandle(forWritingTo: URL(fileURLWithPath: token.tempPath)).truncate(atOffset: 2500)
+        fixture.server.clearRequests()
+        let task = try fixture.resumeThroughDisk(token)
+        let events = task.events
+        let result = try await task.value
+        #expect(try fixture.contents(of: result.fileURL) == content)
+        #expect(fixture.ranges() == ["bytes=2500-"])
+        #expect(result.resumedAtOffset == 2500)
+        _ = events
+    }
+
+    @Test("Bytes beyond the token's offset are cut off, not trusted")
+    func untrustedTail() async throws {
+        let fixture = try DownloadFixture()
+        let content = testBytes(count: 10_000)
+        fixture.serve(.bytes(content))
+        let token = try await fixture.interruptedToken(after: 3000)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: token.tempPath))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(repeating: 0xEE, count: 4000))
+        try handle.close()
+        fixture.server.clearRequests()
+        let result = try await fixture.resumeThroughDisk(token).value
+        #expect(try fixture.contents(of: result.fileURL) == content)
+        #expect(fixture.ranges() == ["bytes=3000-"])
+    }
+
+    @Test("A missing temporary file restarts cleanly and says so")
+    func missingTemporaryFile() async throws {
+        let fixture = try DownloadFixture()
+        let content = testBytes(count: 10_000)
+        fixture.serve(.bytes(content))
+        let token = try await fixture.interruptedToken(after: 3000)
+        try FileManager.default.removeItem(atPath: token.tempPath)
+        fixture.server.clearRequests()
+        let task = try fixture.resumeThroughDisk(token)
+        let result = try await task.value
+        #expect(try fixture.contents(of: result.fileURL) == content)
+        #expect(fixture.ranges() == [nil])
+    }
+
+    @Test("A second resume of a token in use fails at once, and the first continues undisturbed")
+    func tokenInUse() async throws {
+        let fixture = try DownloadFixture()
+        let content = testBytes(count: 1_000_000)
+        fixture.serve(.bytes(content))
+        let token = try await fixture.interruptedToken(after: 100_000)
+        fixture.serve(.bytes(content, behavior: Behavior(throttleBytesPerSecond: 5_000_000)))
+        let first = try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration())
+        let error = #expect(throws: ResumableError.self) {
+            try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration())
+        }
+        #expect(error?.code == .tokenInUse)
+        let result = try await first.value
+        #expect(try fixture.contents(of: result.fileURL) == content)
+    }
+
+    @Test("A token whose temporary file is not beside its destination is refused before anything is touched")
+    func misplacedTemporaryFile() async throws {
+        let fixture = try DownloadFixture()
+        fixture.serve(.bytes(testBytes(count: 5000)))
+        let token = try await fixture.interruptedToken(after: 1000)
+        let elsewhere = try TemporaryDirectory()
+        let moved = elsewhere.url.appendingPathComponent(URL(fileURLWithPath: token.tempPath).lastPathComponent)
+        try FileManager.default.copyItem(atPath: token.tempPath, toPath: moved.path)
+        var object = try #require(JSONSerialization.jsonObject(with: token.jsonData()) as? [String: Any])
+        object["tempPath"] = moved.path
+        let crafted = try ResumeToken(jsonData: JSONSerialization.data(withJSONObject: object))
+        let error = #expect(throws: ResumableError.self) { try DownloadTask.resume(from: crafted) }
+        #expect(error?.code == .invalidToken)
+        #expect(try Data(contentsOf: moved).count == 1000, "the file named by the token is untouched")
+    }
+
+    @Test("A token whose temporary file is a symbolic link is refused")
+    func symlinkRefused() async throws {
+        let fixture = try DownloadFixture()
+        fixture.serve(.bytes(testBytes(count: 5000)))
+        let token = try await fixture.interruptedToken(after: 1000)
+        let victim = fixture.directory.url.appendingPathComponent("victim.txt")
+        try Data("precious".utf8).write(to: victim)
+        try FileManager.default.removeItem(atPath: token.tempPath)
+        try FileManager.default.createSymbolicLink(atPath: token.tempPath, withDestinationPath: victim.path)
+        let error = #expect(throws: ResumableError.self) { try DownloadTask.resume(from: token) }
+        #expect(error?.code == .invalidToken)
+        #expect(try Data(contentsOf: victim) == Data("precious".utf8))
+    }
+
+    @Test("Cancelling deletes the temporary file; pausing before any byte returns no token")
+    func cancelAndEmptyPause() async throws {
+        let fixture = try DownloadFixture()
+        fixture.serve(.bytes(testBytes(count: 2_000_000), behavior: Behavior(throttleBytesPerSecond: 2_000_000)))
+        let task = try fixture.download()
+        for await progress in task.progress where progress.bytesOnDisk > 10_000 { break }
+        task.cancel()
+        let error = try #require(await failure(of: task))
+        #expect(error.code == .cancelled)
+        #expect(fixture.directory.contents().isEmpty)
+
+        fixture.serve(.bytes(testBytes(count: 100), behavior: Behavior(status: 503)))
+        let idle = try fixture.download(configuration: DownloadFixture.configuration(retries: 100))
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(await idle.cancelProducingResumeData() == nil)
+        #expect(fixture.directory.contents().isEmpty)
+    }
+}
