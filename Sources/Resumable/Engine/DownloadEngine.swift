@@ -33,6 +33,7 @@ final class DownloadEngine: Sendable {
     /// The offset this task started at (the token's, reconciled with the file).
     let initialOffset: Int64
     let events = EventHub()
+    private let checkpointQueue = DispatchQueue(label: "Resumable.checkpoints")
     private let state: Mutex<State>
 
     init(
@@ -105,6 +106,8 @@ final class DownloadEngine: Sendable {
                 file.remove()
             }
         }
+        // No checkpoint may flush or report after the file is released.
+        drainCheckpoints()
         // Another task or process may take the file over from here on.
         file.release()
         events.finish()
@@ -389,12 +392,18 @@ final class DownloadEngine: Sendable {
     /// checkpoint handler.
     private func takeCheckpoint(_ token: ResumeToken?) {
         guard let checkpointing = configuration.checkpointing else { return }
-        Task.detached { [self] in
+        // A serial queue off the write path: checkpoints reach the handler in order, never overlapping.
+        checkpointQueue.async { [self] in
             defer { state.withLock { $0.checkpointInFlight = false } }
             guard let token else { return }
             // Every byte up to the token's offset was written before this flush began.
             guard (try? file.synchronize()) != nil else { return }
             checkpointing.handler(token)
         }
+    }
+
+    /// Waits until every scheduled checkpoint was handed to the handler.
+    func drainCheckpoints() {
+        checkpointQueue.sync {}
     }
 }

@@ -1,0 +1,57 @@
+import Foundation
+import LoopbackServer
+import Synchronization
+import Testing
+
+@testable import Resumable
+
+@Suite("Checkpoints")
+struct CheckpointTests {
+    final class Collected: Sendable {
+        let tokens = Mutex<[(token: ResumeToken, bytesOnDisk: Int)]>([])
+    }
+
+    @Test("Checkpoints start when the response is accepted, advance in order, and never cover unflushed bytes")
+    func checkpointsAdvance() async throws {
+        let fixture = try DownloadFixture()
+        let content = testBytes(count: 1_500_000)
+        fixture.serve(.bytes(content, behavior: Behavior(throttleBytesPerSecond: 3_000_000)))
+        let collected = Collected()
+        var configuration = DownloadFixture.configuration()
+        configuration.checkpointing = DownloadTask.Checkpointing(interval: .milliseconds(100)) { token in
+            let size = (try? FileManager.default.attributesOfItem(atPath: token.tempPath)[.size] as? Int) ?? -1
+            collected.tokens.withLock { $0.append((token, size)) }
+        }
+        let result = try await fixture.download(configuration: configuration).value
+        #expect(try fixture.contents(of: result.fileURL) == content)
+        let tokens = collected.tokens.withLock { $0 }
+        #expect(tokens.count >= 3, "about one per 100 ms over ~0.5 s")
+        #expect(tokens.first?.token.offset == 0, "the first checkpoint comes as soon as the response is accepted")
+        let offsets = tokens.map(\.token.offset)
+        #expect(offsets == offsets.sorted())
+        for (token, size) in tokens where size >= 0 {
+            #expect(Int64(size) >= token.offset, "a checkpoint never claims bytes the file does not hold")
+        }
+    }
+
+    @Test("A checkpoint file on disk is a valid token that resumes to the right file")
+    func checkpointFileResumes() async throws {
+        let fixture = try DownloadFixture()
+        let content = testBytes(count: 1_000_000)
+        fixture.serve(.bytes(content, behavior: Behavior(throttleBytesPerSecond: 2_000_000)))
+        let tokenFile = fixture.directory.url.appendingPathComponent("checkpoint.json")
+        var configuration = DownloadFixture.configuration()
+        configuration.checkpointing = .file(tokenFile, interval: .milliseconds(50))
+        let task = try fixture.download(configuration: configuration)
+        for await progress in task.progress where progress.bytesOnDisk >= 300_000 { break }
+        try await Task.sleep(for: .milliseconds(120))
+        // Simulate a crash: the task is abandoned without producing resume data; only the checkpoint is left.
+        let checkpoint = try ResumeToken(contentsOf: tokenFile)
+        #expect(checkpoint.offset >= 200_000)
+        _ = await task.cancelProducingResumeData()
+        let result = try await DownloadTask.resume(from: checkpoint, configuration: DownloadFixture.configuration())
+            .value
+        #expect(try fixture.contents(of: result.fileURL) == content)
+        #expect(result.resumedAtOffset == checkpoint.offset)
+    }
+}

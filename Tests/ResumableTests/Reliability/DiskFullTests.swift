@@ -1,0 +1,79 @@
+import Foundation
+import LoopbackServer
+import Testing
+
+@testable import Resumable
+
+/// A small tmpfs the test mounts (root only), so the disk really fills up with `ENOSPC`.
+final class SmallFileSystem {
+    let directory: TemporaryDirectory
+    private(set) var mounted = false
+
+    init?(kilobytes: Int) throws {
+        directory = try TemporaryDirectory()
+        guard geteuid() == 0 else { return nil }
+        guard Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(kilobytes)k", "tmpfs", directory.path]) else {
+            return nil
+        }
+        mounted = true
+    }
+
+    /// Grows the file system to `kilobytes`, as if space had been freed.
+    func grow(toKilobytes kilobytes: Int) -> Bool {
+        Self.run("/bin/mount", ["-o", "remount,size=\(kilobytes)k", directory.path])
+    }
+
+    deinit {
+        if mounted { _ = Self.run("/bin/umount", ["-l", directory.path]) }
+    }
+
+    private static func run(_ tool: String, _ arguments: [String]) -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
+    }
+}
+
+@Suite("A full disk")
+struct DiskFullTests {
+    @Test(
+        "A full disk fails with an error that says so; the token covers only bytes really written; resuming after space is freed completes the file"
+    )
+    func diskFull() async throws {
+        guard let disk = try SmallFileSystem(kilobytes: 256) else {
+            let message = "cannot mount a small tmpfs (needs root): the full-disk test did not run"
+            if ProcessInfo.processInfo.environment["CI"] == "true" {
+                Issue.record(Comment(rawValue: message))
+            } else {
+                print("⚠️ \(message)")
+            }
+            return
+        }
+        let server = try LoopbackServer()
+        let content = testBytes(count: 1_000_000)
+        server.register(.bytes(content), at: "/big.bin")
+        let task = try DownloadTask(
+            url: server.url(for: "/big.bin"),
+            destination: .directory(disk.directory.url),
+            configuration: DownloadFixture.configuration(retries: 0)
+        )
+        let error = try #require(await failure(of: task))
+        #expect(error.code == .diskFull, "\(error)")
+        #expect(error.message.contains("No space left"), "\(error.message)")
+        let token = try #require(error.resumeToken)
+        #expect(token.offset > 0 && token.offset <= 256 * 1024)
+        let onDisk = try Data(contentsOf: URL(fileURLWithPath: token.tempPath))
+        #expect(onDisk.count >= Int(token.offset))
+        #expect(Array(onDisk.prefix(Int(token.offset))) == Array(content[0..<Int(token.offset)]))
+
+        #expect(disk.grow(toKilobytes: 4096))
+        let resumed = try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration())
+        let result = try await resumed.value
+        #expect(try Data(contentsOf: result.fileURL) == Data(content))
+        #expect(server.requests(for: "/big.bin").last?.header("Range") == "bytes=\(token.offset)-")
+    }
+}
