@@ -2,22 +2,37 @@ import Foundation
 import Synchronization
 
 /// Fans a download's events out to any number of `AsyncStream` subscribers.
+///
+/// A task starts when it is created, so a subscriber can arrive after the first events were sent. Every
+/// subscriber therefore first gets the events so far (all but progress, which is replaced by the latest
+/// progress only), then live events, so none of `started`, `resumed`, `reconciled`, `restarted`,
+/// `retrying` or `finished` is lost to a race.
 final class EventHub: Sendable {
     private struct State {
         var subscribers: [Int: AsyncStream<DownloadEvent>.Continuation] = [:]
         var nextID = 0
         var finished = false
+        var history: [DownloadEvent] = []
         var latestProgress: DownloadProgress?
     }
 
+    /// How many non-progress events are kept for late subscribers (retries could otherwise grow it).
+    static let historyLimit = 256
+
     private let state = Mutex(State())
 
-    /// A new stream of events from now on; it starts with the latest progress, if any.
+    /// A stream of every event so far (progress as the latest value only), then of live events.
     func subscribe() -> AsyncStream<DownloadEvent> {
         let (stream, continuation) = AsyncStream.makeStream(
-            of: DownloadEvent.self, bufferingPolicy: .bufferingNewest(256))
+            of: DownloadEvent.self,
+            bufferingPolicy: .bufferingNewest(Self.historyLimit + 64)
+        )
         let id: Int? = state.withLock { state in
-            if let latest = state.latestProgress { continuation.yield(.progress(latest)) }
+            for event in state.history {
+                if case .finished = event, let latest = state.latestProgress { continuation.yield(.progress(latest)) }
+                continuation.yield(event)
+            }
+            if !state.finished, let latest = state.latestProgress { continuation.yield(.progress(latest)) }
             guard !state.finished else { return nil }
             let id = state.nextID
             state.nextID += 1
@@ -35,11 +50,15 @@ final class EventHub: Sendable {
     }
 
     func send(_ event: DownloadEvent) {
-        let subscribers = state.withLock { state in
-            if case .progress(let progress) = event { state.latestProgress = progress }
-            return Array(state.subscribers.values)
+        // Yield under the lock, so a subscriber never sees a live event before the history it follows.
+        state.withLock { state in
+            if case .progress(let progress) = event {
+                state.latestProgress = progress
+            } else if state.history.count < Self.historyLimit {
+                state.history.append(event)
+            }
+            for subscriber in state.subscribers.values { subscriber.yield(event) }
         }
-        for subscriber in subscribers { subscriber.yield(event) }
     }
 
     func finish() {
