@@ -1,0 +1,58 @@
+import Foundation
+import Resumable
+
+/// `resumable resume TOKEN`: continues a download from its token file, in this or any later process.
+struct ResumeCommand: CLICommand {
+    static let spec = CommandSpec(
+        name: "resume",
+        abstract: "Continue a download from its resume token file.",
+        arguments: [
+            .positional("token", help: "The resume token file that 'get' (or an earlier 'resume') left behind."),
+            .option(
+                "url", value: "url",
+                help: "A new URL for the same content (signed URLs expire); the token's validators still guard it."),
+        ] + DownloadOptions.arguments,
+        discussion: """
+            The token is read and checked first: an unreadable, invalid or newer-version token, or one whose \
+            download already finished, exits with 65 and touches nothing. A token whose temporary file is held by \
+            a running download exits with 75. Otherwise the download continues with a range request from the \
+            token's offset, saving the token to the same file as it goes; on success the token file is removed. \
+            SIGINT and SIGTERM pause it again (exit 130 or 143).
+            """
+    )
+
+    /// The token file.
+    let tokenURL: URL
+    /// `--url`, when given.
+    let replacementURL: URL?
+    /// The shared options.
+    let options: DownloadOptions
+
+    init(arguments: ParsedArguments) throws(UsageError) {
+        let path = arguments.positional("token") ?? ""
+        guard !path.isEmpty else { throw UsageError("missing argument <token>") }
+        tokenURL = URL(fileURLWithPath: path, isDirectory: false)
+        replacementURL = try arguments.value("url").map { (text) throws(UsageError) in
+            try GetCommand.httpURL(text, option: "option '--url'")
+        }
+        options = try DownloadOptions(arguments)
+    }
+
+    func run() async -> ExitCode {
+        let renderer = ProgressRenderer(mode: options.outputMode)
+        let token: ResumeToken
+        do {
+            token = try ResumeToken(contentsOf: tokenURL)
+        } catch {
+            let runner = DownloadRunner(options: options, tokenFile: TokenFile(url: nil), renderer: renderer)
+            return runner.reportFailure(error, leftToken: nil)
+        }
+        renderer.note("Resuming \((replacementURL ?? token.url).absoluteString)")
+        let tokenFile = TokenFile(url: tokenURL, knownToken: token)
+        let runner = DownloadRunner(options: options, tokenFile: tokenFile, renderer: renderer)
+        let replacementURL = self.replacementURL
+        return await runner.run { configuration throws(ResumableError) in
+            try DownloadTask.resume(from: token, replacingURL: replacementURL, configuration: configuration)
+        }
+    }
+}

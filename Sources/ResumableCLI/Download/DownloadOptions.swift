@@ -1,0 +1,97 @@
+import Foundation
+import Resumable
+
+/// The options `get` and `resume` share, and how they become a library configuration.
+struct DownloadOptions: Sendable {
+    /// The shared arguments, in help order.
+    static let arguments: [ArgumentSpec] = [
+        .repeatable(
+            "header", short: "H", value: "name: value",
+            help: "An extra request header, e.g. 'Accept: */*'. Authorization and Cookie are sent to the original "
+                + "host only and never written into a token."),
+        .option(
+            "retries", value: "n",
+            help: "How many transient failures in a row (network errors, timeouts, 5xx, 408, 429) are retried, "
+                + "with backoff from 0.25 s doubling up to 5 s. Default: 5."),
+        .option(
+            "timeout", value: "seconds",
+            help: "A stall without data longer than this is a transient failure (and retried). Default: 60."),
+        .option(
+            "sha256", value: "hex",
+            help: "The SHA-256 the finished file must have. On a mismatch the file is deleted, no token is kept, "
+                + "and the exit status is 1."),
+        .flag("overwrite", help: "Replace an existing file of the same name instead of choosing 'name (1).ext'."),
+        .flag("quiet", short: "q", help: "No progress output. Errors and resume hints are still printed."),
+        .flag(
+            "json",
+            help: "Events as JSON lines on standard error; the final result as one JSON object on standard output."),
+    ]
+
+    /// Extra request headers.
+    var headers: [String: String] = [:]
+    /// `--retries`, when given.
+    var retries: Int?
+    /// `--timeout`, when given.
+    var idleTimeout: Duration?
+    /// `--sha256`, lowercased, when given.
+    var sha256: String?
+    /// `--overwrite`.
+    var overwrite = false
+    /// How to report while running.
+    var outputMode: OutputMode = .silent
+
+    /// Reads the shared options from a parse.
+    init(_ parsed: ParsedArguments) throws(UsageError) {
+        for header in parsed.values("header") {
+            guard let colon = header.firstIndex(of: ":") else {
+                throw UsageError("header '\(header)' is not of the form 'Name: value'")
+            }
+            let name = header[..<colon].trimmingCharacters(in: .whitespaces)
+            let value = header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            guard Self.isToken(name) else {
+                throw UsageError("header '\(header)' has no valid name before the ':'")
+            }
+            guard value.unicodeScalars.allSatisfy({ $0 == "\t" || ($0.value >= 0x20 && $0.value != 0x7F) }) else {
+                throw UsageError("header '\(name)' has a control character in its value")
+            }
+            headers[name] = value
+        }
+        retries = try parsed.integer("retries", in: 0...1000)
+        idleTimeout = try parsed.seconds("timeout")
+        if let hex = parsed.value("sha256") {
+            guard hex.count == 64, hex.allSatisfy(\.isHexDigit) else {
+                throw UsageError("option '--sha256' needs 64 hexadecimal digits, not '\(hex)'")
+            }
+            sha256 = hex.lowercased()
+        }
+        overwrite = parsed.flag("overwrite")
+        outputMode = OutputMode.choose(json: parsed.flag("json"), quiet: parsed.flag("quiet"))
+    }
+
+    /// Whether `name` is an HTTP field name (an RFC 9110 token).
+    static func isToken(_ name: String) -> Bool {
+        let symbols = Set("!#$%&'*+-.^_`|~".unicodeScalars)
+        return !name.isEmpty
+            && name.unicodeScalars.allSatisfy {
+                $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || symbols.contains($0))
+            }
+    }
+
+    /// The library configuration for these options, with `checkpointing` attached.
+    func configuration(checkpointing: DownloadTask.Checkpointing) -> DownloadTask.Configuration {
+        var configuration = DownloadTask.Configuration(
+            headers: headers,
+            existingFile: overwrite ? .overwrite : .chooseFreeName,
+            checkpointing: checkpointing,
+            expectedSHA256: sha256,
+            computesSHA256: outputMode.isJSON
+        )
+        if let retries {
+            configuration.retry = DownloadTask.RetryPolicy(maximumRetries: retries)
+        }
+        if let idleTimeout {
+            configuration.idleTimeout = idleTimeout
+        }
+        return configuration
+    }
+}

@@ -1,0 +1,102 @@
+import Foundation
+import Resumable
+import Synchronization
+
+/// The file a download's resume token lives in, and its only writer.
+///
+/// Checkpoints arrive from the library on other threads while data flows; the final token (or the removal of
+/// the file) comes from the main flow when the download ends. Writes are serialized under a lock and every
+/// checkpoint after the end is dropped, so a late checkpoint can never overwrite the final token or bring back
+/// a token that was deliberately removed.
+final class TokenFile: Sendable {
+    private struct State {
+        var url: URL?
+        var lastToken: ResumeToken?
+        var ended = false
+        var replaced: ResumeToken?
+    }
+
+    private let state: Mutex<State>
+
+    /// A token file at `url`; with `nil` the file goes next to the destination (see ``defaultURL(for:)``).
+    init(url: URL?, knownToken: ResumeToken? = nil) {
+        state = Mutex(State(url: url, lastToken: knownToken))
+    }
+
+    /// `<destination directory>/<final file name>.resumable.json`: beside where the finished file goes.
+    static func defaultURL(for token: ResumeToken) -> URL {
+        let destination = token.destination ?? ((token.tempPath as NSString).deletingLastPathComponent + "/")
+        if destination.hasSuffix("/") {
+            return URL(fileURLWithPath: destination, isDirectory: true)
+                .appendingPathComponent(token.suggestedFilename + ".resumable.json", isDirectory: false)
+        }
+        return URL(fileURLWithPath: destination + ".resumable.json", isDirectory: false)
+    }
+
+    /// Where the token is (or would be) written, once known.
+    var url: URL? {
+        state.withLock { $0.url }
+    }
+
+    /// Writes a checkpoint, unless the download already ended.
+    ///
+    /// - Returns: Where it was written, `nil` when dropped, or the error when writing failed.
+    func checkpoint(_ token: ResumeToken) -> Result<URL, ResumableError>? {
+        state.withLock { state in
+            guard !state.ended else { return nil }
+            return Self.write(token, into: &state)
+        }
+    }
+
+    /// Ends the download: writes `token` when there is one to leave behind; otherwise removes the token file
+    /// this run wrote or resumed from, if the temporary file it names is gone (the token would be useless).
+    ///
+    /// - Returns: Where the token was written, the error when writing failed, or `nil` when none was left.
+    func end(leaving token: ResumeToken?) -> Result<URL, ResumableError>? {
+        state.withLock { state in
+            state.ended = true
+            if let token { return Self.write(token, into: &state) }
+            // Only a file this run wrote (or was given to resume) is removed, and only when it is useless.
+            if let url = state.url, let last = state.lastToken, !FileManager.default.fileExists(atPath: last.tempPath) {
+                try? FileManager.default.removeItem(at: url)
+            }
+            return nil
+        }
+    }
+
+    /// Ends a download that completed: the token file is removed.
+    func endCompleted() {
+        state.withLock { state in
+            state.ended = true
+            if let url = state.url { try? FileManager.default.removeItem(at: url) }
+        }
+    }
+
+    /// The token of another, still resumable download that this run's first write replaced, once.
+    ///
+    /// That happens when `get` is run again instead of `resume`: the earlier partial file stays on disk but
+    /// nothing points at it any more, which deserves a warning.
+    func takeReplacedToken() -> ResumeToken? {
+        state.withLock { state in
+            defer { state.replaced = nil }
+            return state.replaced
+        }
+    }
+
+    private static func write(_ token: ResumeToken, into state: inout State) -> Result<URL, ResumableError> {
+        let url = state.url ?? defaultURL(for: token)
+        if state.lastToken == nil, let earlier = try? ResumeToken(contentsOf: url), earlier.tempPath != token.tempPath,
+            FileManager.default.fileExists(atPath: earlier.tempPath)
+        {
+            state.replaced = earlier
+        }
+        state.url = url
+        state.lastToken = token
+        do {
+            try token.write(to: url)
+            return .success(url)
+        } catch {
+            return .failure(error)
+        }
+    }
+}

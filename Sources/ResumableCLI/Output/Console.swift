@@ -1,0 +1,67 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Unbuffered writes to standard output and standard error.
+///
+/// Everything the tool prints goes through here with `write(2)`, so output reaches a pipe at once (tests and
+/// scripts read it while the process runs) and nothing is lost when the process ends with `exit`.
+enum Console {
+    /// Writes `text` followed by a newline to standard output.
+    static func out(_ text: String) {
+        write(text + "\n", to: STDOUT_FILENO)
+    }
+
+    /// Writes `text` followed by a newline to standard error.
+    static func err(_ text: String) {
+        write(text + "\n", to: STDERR_FILENO)
+    }
+
+    /// Writes `text` as is (no newline) to standard error.
+    static func errRaw(_ text: String) {
+        write(text, to: STDERR_FILENO)
+    }
+
+    /// Whether standard error is a terminal.
+    static var stderrIsTerminal: Bool {
+        isatty(STDERR_FILENO) == 1
+    }
+
+    /// The width of the terminal on standard error, 80 when unknown.
+    static var terminalWidth: Int {
+        var size = winsize()
+        #if canImport(Glibc)
+            let request = UInt(TIOCGWINSZ)
+        #else
+            let request = TIOCGWINSZ
+        #endif
+        if ioctl(STDERR_FILENO, request, &size) == 0, size.ws_col > 0 {
+            return Int(size.ws_col)
+        }
+        return 80
+    }
+
+    private static func write(_ text: String, to descriptor: Int32) {
+        var bytes = Array(text.utf8)
+        bytes.withUnsafeMutableBytes { buffer in
+            guard let base = buffer.baseAddress else { return }
+            var written = 0
+            while written < buffer.count {
+                #if canImport(Glibc)
+                    let count = Glibc.write(descriptor, base.advanced(by: written), buffer.count - written)
+                #else
+                    let count = Darwin.write(descriptor, base.advanced(by: written), buffer.count - written)
+                #endif
+                if count < 0 {
+                    if errno == EINTR { continue }
+                    return  // A closed pipe or a full disk: nothing sensible to do with output.
+                }
+                written += count
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// `resumable serve` and `resumable demo`.
+@Suite("serve and demo")
+struct ServeAndDemoTests {
+    @Test(
+        "serve lists the URL of every file, serves them to get, and exits with 0 on SIGINT and SIGTERM",
+        arguments: [SIGINT, SIGTERM])
+    func serve(signal: Int32) async throws {
+        let scratch = try ScratchDirectory()
+        let root = try scratch.subdirectory("root")
+        let nested = try scratch.subdirectory("root/sub")
+        let content = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try content.write(to: root.appendingPathComponent("a b.bin"))
+        try Data("hello".utf8).write(to: nested.appendingPathComponent("c#1.txt"))
+        let downloads = try scratch.subdirectory("downloads")
+
+        let server = try CLIProcess(["serve", "root", "--throttle", "8M"], in: scratch.url)
+        let listed = try await eventually { server.stdoutSoFar.split(separator: "\n").count >= 3 }
+        #expect(listed, "\(server.stdoutSoFar) \(server.stderrSoFar)")
+        let lines = server.stdoutSoFar.split(separator: "\n").map(String.init)
+        #expect(lines.first?.hasPrefix("http://127.0.0.1:") == true)
+        let fileLine = try #require(lines.first { $0.contains("a%20b.bin") })
+        #expect(fileLine.hasSuffix("\t300000"))
+        let hashLine = try #require(lines.first { $0.contains("/sub/c%231.txt\t5") })
+        let url = String(fileLine.split(separator: "\t")[0])
+
+        let fetched = try await CLIProcess.run(["get", url, "-o", "downloads/", "-q"], in: scratch.url)
+        #expect(fetched.exitCode == 0, "\(fetched)")
+        #expect(try Data(contentsOf: downloads.appendingPathComponent("a b.bin")) == content)
+
+        let hashURL = String(hashLine.split(separator: "\t")[0])
+        let hashFetched = try await CLIProcess.run(["get", hashURL, "-o", "downloads/hash.txt", "-q"], in: scratch.url)
+        #expect(hashFetched.exitCode == 0, "\(hashFetched)")
+        #expect(try Data(contentsOf: downloads.appendingPathComponent("hash.txt")) == Data("hello".utf8))
+
+        server.send(signal)
+        let stopped = try await server.finish()
+        #expect(stopped.exitCode == 0, "\(stopped)")
+    }
+
+    @Test("serve --drop-after cuts every connection, and get still finishes the file one range at a time")
+    func serveDropAfter() async throws {
+        let scratch = try ScratchDirectory()
+        let root = try scratch.subdirectory("root")
+        let content = Data((0..<250_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) })
+        try content.write(to: root.appendingPathComponent("flaky.bin"))
+        _ = try scratch.subdirectory("downloads")
+
+        let server = try CLIProcess(["serve", "root", "--drop-after", "100000"], in: scratch.url)
+        let listed = try await eventually { server.stdoutSoFar.split(separator: "\n").count >= 2 }
+        #expect(listed, "\(server.stdoutSoFar) \(server.stderrSoFar)")
+        let lines = server.stdoutSoFar.split(separator: "\n").map(String.init)
+        let fileLine = try #require(lines.first { $0.contains("flaky.bin") })
+        let url = String(fileLine.split(separator: "\t")[0])
+
+        let fetched = try await CLIProcess.run(["get", url, "-o", "downloads/", "--json"], in: scratch.url)
+        #expect(fetched.exitCode == 0, "\(fetched)")
+        #expect(try Data(contentsOf: scratch.url.appendingPathComponent("downloads/flaky.bin")) == content)
+        let retries = fetched.stderr.split(separator: "\n").filter { $0.contains("\"event\":\"retry\"") }
+        #expect(retries.count == 2, "cut at 100000 and 200000: \(fetched.stderr)")
+
+        server.send(SIGINT)
+        let stopped = try await server.finish()
+        #expect(stopped.exitCode == 0, "\(stopped)")
+    }
+
+    @Test("demo pauses a download, finishes it in a second process, verifies it and exits with 0")
+    func demo() async throws {
+        let scratch = try ScratchDirectory()
+        let result = try await CLIProcess.run(["demo"], in: scratch.url, timeout: .seconds(20))
+        #expect(result.exitCode == 0, "\(result)")
+        #expect(result.stdout.contains("Paused at byte"))
+        #expect(result.stdout.contains("\"offset\""), "the token is printed")
+        #expect(result.stdout.contains("resume"))
+        #expect(result.stdout.contains("Verified: identical to the source"))
+        #expect(scratch.contents().isEmpty)
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// What a finished run of the `resumable` executable produced.
+struct CLIResult: Sendable, CustomStringConvertible {
+    /// The exit status; `nil` when a signal ended the process instead of `exit`.
+    let exitCode: Int32?
+    /// The signal that ended the process, if one did.
+    let signal: Int32?
+    /// Everything written to standard output.
+    let stdout: String
+    /// Everything written to standard error.
+    let stderr: String
+
+    /// Standard output's lines, without empty ones.
+    var stdoutLines: [String] { stdout.split(separator: "\n").map(String.init) }
+    /// Standard error's lines, without empty ones.
+    var stderrLines: [String] { stderr.split(separator: "\n").map(String.init) }
+
+    var description: String {
+        "exit \(exitCode.map(String.init) ?? "-") signal \(signal.map(String.init) ?? "-")\n"
+            + "--- stdout\n\(stdout)--- stderr\n\(stderr)"
+    }
+}
+
+/// A running `resumable` process with its output collected as it arrives.
+final class CLIProcess: Sendable {
+    /// The process id.
+    let pid: Int32
+    private let process: Mutex<Process>
+    private let output = Mutex((stdout: Data(), stderr: Data(), openStreams: 2))
+
+    /// The built `resumable` executable: `RESUMABLE_CLI` when set, else beside the test bundle.
+    static let executable: URL = locateExecutable()
+
+    /// Starts `resumable` with `arguments` in `directory`.
+    init(_ arguments: [String], in directory: URL) throws {
+        let process = Process()
+        process.executableURL = Self.executable
+        process.arguments = arguments
+        process.currentDirectoryURL = directory
+        let stdout = Pipe()
+        let stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        pid = process.processIdentifier
+        self.process = Mutex(process)
+        collect(stdout.fileHandleForReading, isStandardError: false)
+        collect(stderr.fileHandleForReading, isStandardError: true)
+    }
+
+    /// Runs `resumable` to its end.
+    static func run(
+        _ arguments: [String], in directory: URL, timeout: Duration = .seconds(30)
+    ) async throws -> CLIResult {
+        try await CLIProcess(arguments, in: directory).finish(timeout: timeout)
+    }
+
+    /// Sends `signal` to the process.
+    func send(_ signal: Int32) {
+        kill(pid, signal)
+    }
+
+    /// Standard output so far.
+    var stdoutSoFar: String { output.withLock { String(decoding: $0.stdout, as: UTF8.self) } }
+    /// Standard error so far.
+    var stderrSoFar: String { output.withLock { String(decoding: $0.stderr, as: UTF8.self) } }
+
+    /// Waits for the process to exit and its output to end; kills it and fails the test after `timeout`.
+    func finish(timeout: Duration = .seconds(30)) async throws -> CLIResult {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        while process.withLock({ $0.isRunning }) || output.withLock({ $0.openStreams > 0 }) {
+            if clock.now >= deadline {
+                send(SIGKILL)
+                Issue.record("resumable did not finish within \(timeout)")
+                try await Task.sleep(for: .milliseconds(200))
+                break
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let (reason, status) = process.withLock { ($0.terminationReason, $0.terminationStatus) }
+        return output.withLock { output in
+            CLIResult(
+                exitCode: reason == .exit ? status : nil,
+                signal: reason == .uncaughtSignal ? status : nil,
+                stdout: String(decoding: output.stdout, as: UTF8.self),
+                stderr: String(decoding: output.stderr, as: UTF8.self)
+            )
+        }
+    }
+
+    /// Reads a pipe on its own thread until end of file.
+    private func collect(_ handle: FileHandle, isStandardError: Bool) {
+        let descriptor = handle.fileDescriptor
+        let thread = Thread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { break }
+                self.output.withLock { output in
+                    if isStandardError {
+                        output.stderr.append(contentsOf: buffer[0..<count])
+                    } else {
+                        output.stdout.append(contentsOf: buffer[0..<count])
+                    }
+                }
+            }
+            withExtendedLifetime(handle) {}
+            self.output.withLock { $0.openStreams -= 1 }
+        }
+        thread.start()
+    }
+
+    private static func locateExecutable() -> URL {
+        let environment = ProcessInfo.processInfo.environment
+        if let path = environment["RESUMABLE_CLI"], !path.isEmpty { return URL(fileURLWithPath: path) }
+        var candidates: [URL] = []
+        if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            candidates.append(
+                URL(fileURLWithPath: path).deletingLastPathComponent().appendingPathComponent("resumable"))
+        }
+        // On macOS the tests run inside `<bin>/ResumablePackageTests.xctest`, a bundle beside the executable.
+        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent("resumable"))
+        for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
+            candidates.append(bundle.bundleURL.deletingLastPathComponent().appendingPathComponent("resumable"))
+        }
+        let packageRoot = URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        candidates.append(packageRoot.appendingPathComponent(".build/debug/resumable"))
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) } ?? candidates[0]
+    }
+}
+
+/// Polls `condition` every 10 ms until it holds or `timeout` passes.
+func eventually(
+    timeout: Duration = .seconds(10), _ condition: () throws -> Bool
+) async throws -> Bool {
+    let clock = ContinuousClock()
+    let deadline = clock.now + timeout
+    while clock.now < deadline {
+        if try condition() { return true }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    return try condition()
+}
