@@ -19,7 +19,7 @@ extension ResumeToken {
             if !FileManager.default.fileExists(atPath: file.path) {
                 throw ResumableError(
                     .tokenGone,
-                    "no resume token at '\(file.path)': the download already finished or the token was removed"
+                    "no resume token at '\(file.path)': the download already finished, or the token is gone"
                 )
             }
             throw ResumableError(.invalidToken, "cannot read the resume token at '\(file.path)'", underlying: error)

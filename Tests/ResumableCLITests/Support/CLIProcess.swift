@@ -40,11 +40,17 @@ final class CLIProcess: Sendable {
     /// The built `resumable` executable: `RESUMABLE_CLI` when set, else beside the test bundle.
     static let executable: URL = locateExecutable()
 
-    /// Starts `resumable` with `arguments` in `directory`.
-    init(_ arguments: [String], in directory: URL) throws {
+    /// Starts `resumable` with `arguments` in `directory`; with `fileSizeLimit`, under `ulimit -f` (in
+    /// 512-byte blocks), so writes past it fail with `EFBIG` as on a full disk.
+    init(_ arguments: [String], in directory: URL, fileSizeLimit blocks: Int? = nil) throws {
         let process = Process()
-        process.executableURL = Self.executable
-        process.arguments = arguments
+        if let blocks {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "ulimit -f \(blocks) && exec \"$0\" \"$@\"", Self.executable.path] + arguments
+        } else {
+            process.executableURL = Self.executable
+            process.arguments = arguments
+        }
         process.currentDirectoryURL = directory
         let stdout = Pipe()
         let stderr = Pipe()
