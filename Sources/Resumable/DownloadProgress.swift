@@ -67,4 +67,7 @@ public struct DownloadResult: Hashable, Sendable {
     public var lastModified: String?
     /// The finished file's SHA-256 in lowercase hex, when the configuration asked for it.
     public var sha256: String?
+    /// The transport that moved the bytes: ``DownloadTask/Transport/libcurl`` or
+    /// ``DownloadTask/Transport/urlSession``, never ``DownloadTask/Transport/automatic``.
+    public var transport: DownloadTask.Transport
 }

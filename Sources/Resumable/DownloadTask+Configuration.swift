@@ -113,16 +113,105 @@ extension DownloadTask {
         /// soon as a response is accepted (the offset may be 0 then), and every ``interval`` while data arrives.
         public var handler: @Sendable (ResumeToken) -> Void
 
+        /// Called once when the download finished and its file is in place.
+        var finished: (@Sendable () -> Void)?
+
         /// Calls `handler` with a fresh token every `interval` while data arrives.
+        ///
+        /// The handler is never called after the task's result is available.
         public init(interval: Duration = .seconds(1), handler: @escaping @Sendable (ResumeToken) -> Void) {
             self.interval = interval
             self.handler = handler
         }
 
-        /// Writes each checkpoint atomically to `file` (sibling, fsync, rename, fsync the directory).
+        /// Writes each checkpoint atomically to `file` (sibling, fsync, rename, fsync the directory), and
+        /// removes `file` when the download finished, so no stale token outlives its download.
         public static func file(_ file: URL, interval: Duration = .seconds(1)) -> Checkpointing {
-            Checkpointing(interval: interval) { token in
+            var checkpointing = Checkpointing(interval: interval) { token in
                 try? token.write(to: file)
+            }
+            checkpointing.finished = { try? FileManager.default.removeItem(at: file) }
+            return checkpointing
+        }
+    }
+
+    /// Which HTTP implementation moves the bytes.
+    ///
+    /// Every transport sends the same requests and feeds the same resume logic; they differ only in speed and
+    /// memory. ``libcurl`` drives the system's libcurl directly (loaded at run time, never linked): body bytes
+    /// go from curl's buffer straight into the file, and a slow disk slows the download instead of filling
+    /// memory. ``urlSession`` uses Foundation's `URLSession`, which on Linux copies and queues every chunk.
+    public struct Transport: Hashable, Sendable, CustomStringConvertible {
+        enum Kind: Hashable, Sendable {
+            case automatic
+            case urlSession
+            case libcurl
+            case custom(CustomTransport)
+        }
+
+        /// A transport supplied from inside the library (tests put a watcher in front of a real one); equal
+        /// only to itself.
+        final class CustomTransport: Hashable, Sendable {
+            let transport: any HTTPTransport
+
+            init(_ transport: any HTTPTransport) {
+                self.transport = transport
+            }
+
+            static func == (lhs: CustomTransport, rhs: CustomTransport) -> Bool { lhs === rhs }
+            func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+        }
+
+        let kind: Kind
+        /// The name libcurl is loaded under; tests point it at a library that does not exist.
+        let libraryName: String
+
+        init(kind: Kind, libraryName: String = CurlLibrary.defaultName) {
+            self.kind = kind
+            self.libraryName = libraryName
+        }
+
+        /// libcurl when it can be loaded, otherwise `URLSession`. The default.
+        public static let automatic = Transport(kind: .automatic)
+        /// Foundation's `URLSession`, available everywhere.
+        public static let urlSession = Transport(kind: .urlSession)
+        /// The system's libcurl (`libcurl.so.4`, 7.68 or later), loaded with `dlopen`. When it cannot be loaded,
+        /// creating or resuming a task with it fails with ``ResumableError/Code/invalidRequest``.
+        public static let libcurl = Transport(kind: .libcurl)
+
+        /// Requests go through `transport`.
+        static func custom(_ transport: any HTTPTransport) -> Transport {
+            Transport(kind: .custom(CustomTransport(transport)))
+        }
+
+        /// Whether this transport can be used in this process: always, except ``libcurl`` without a loadable
+        /// libcurl.
+        public var isAvailable: Bool {
+            (try? resolved()) != nil
+        }
+
+        public var description: String {
+            switch kind {
+            case .automatic: return "automatic"
+            case .urlSession: return "urlSession"
+            case .libcurl: return "libcurl"
+            case .custom(let custom): return "custom(\(type(of: custom.transport)))"
+            }
+        }
+
+        /// The transport a task really uses: ``automatic`` becomes ``libcurl`` or ``urlSession``.
+        ///
+        /// - Throws: ``ResumableError/Code/invalidRequest`` when ``libcurl`` was asked for and cannot be loaded.
+        func resolved() throws(ResumableError) -> Transport {
+            switch kind {
+            case .urlSession, .custom:
+                return self
+            case .libcurl:
+                _ = try CurlLibrary.load(libraryName).get()
+                return self
+            case .automatic:
+                let curl = Transport(kind: .libcurl, libraryName: libraryName)
+                return (try? curl.resolved()) ?? .urlSession
             }
         }
     }
@@ -153,7 +242,8 @@ extension DownloadTask {
         /// Whether to compute the finished file's SHA-256 into ``DownloadResult/sha256`` (implied by
         /// ``expectedSHA256``). It reads the file once more before it is moved into place.
         public var computesSHA256: Bool
-        var transport: any HTTPTransport
+        /// Which HTTP implementation moves the bytes; ``Transport/automatic`` (libcurl when it loads) by default.
+        public var transport: Transport
 
         /// Creates a configuration.
         public init(
@@ -166,7 +256,8 @@ extension DownloadTask {
             checkpointing: Checkpointing? = nil,
             progressInterval: Duration = .milliseconds(100),
             expectedSHA256: String? = nil,
-            computesSHA256: Bool = false
+            computesSHA256: Bool = false,
+            transport: Transport = .automatic
         ) {
             self.expectedSHA256 = expectedSHA256
             self.computesSHA256 = computesSHA256
@@ -178,7 +269,7 @@ extension DownloadTask {
             self.maximumRedirects = maximumRedirects
             self.checkpointing = checkpointing
             self.progressInterval = progressInterval
-            self.transport = URLSessionTransport()
+            self.transport = transport
         }
 
         /// The defaults: five retries, a 60 s idle timeout, at most 10 redirects, free names on collision.

@@ -31,8 +31,8 @@ public final class DownloadTask: Sendable {
     ///   - destination: Where the finished file goes; by default the current directory, under the name
     ///     the server suggests (`Content-Disposition`) or the URL's last path component.
     ///   - configuration: Headers, retries, timeouts, checkpoints.
-    /// - Throws: ``ResumableError`` when the URL is not http(s), a header is invalid, or the temporary file
-    ///   cannot be created.
+    /// - Throws: ``ResumableError`` when the URL is not http(s), a header is invalid, the configured transport
+    ///   cannot be loaded, or the temporary file cannot be created.
     public convenience init(
         url: URL,
         destination: Destination = .currentDirectory,
@@ -41,6 +41,8 @@ public final class DownloadTask: Sendable {
         guard HTTPURL.isSupported(url) else {
             throw ResumableError(.invalidRequest, "not an http or https URL: \(url.absoluteString)")
         }
+        var configuration = configuration
+        configuration.transport = try configuration.transport.resolved()
         let headers = try Self.validatedHeaders(configuration.headers)
         let directory = configuration.temporaryDirectory?.standardizedFileURL.path ?? destination.directoryPath
         let file = try PartialFile.create(in: directory)
@@ -67,7 +69,8 @@ public final class DownloadTask: Sendable {
     ///   - replacingURL: A new URL for the same content (signed URLs expire); the validators still guard it.
     ///   - configuration: Headers are merged with the token's (the configuration's win).
     /// - Throws: ``ResumableError/Code/tokenInUse`` at once when another task or process holds the temporary
-    ///   file; ``ResumableError/Code/invalidToken`` when the token names a file this library must not touch.
+    ///   file; ``ResumableError/Code/invalidToken`` when the token names a file this library must not touch;
+    ///   ``ResumableError/Code/invalidRequest`` when the configured transport cannot be loaded.
     public static func resume(
         from token: ResumeToken,
         replacingURL: URL? = nil,
@@ -76,6 +79,8 @@ public final class DownloadTask: Sendable {
         if let replacingURL, !HTTPURL.isSupported(replacingURL) {
             throw ResumableError(.invalidRequest, "not an http or https URL: \(replacingURL.absoluteString)")
         }
+        var configuration = configuration
+        configuration.transport = try configuration.transport.resolved()
         let destination = Destination(tokenValue: token.destination, tempPath: token.tempPath)
         try TokenPlacement.validate(
             token, destination: destination, temporaryDirectory: configuration.temporaryDirectory)
@@ -135,9 +140,10 @@ public final class DownloadTask: Sendable {
         get async throws(ResumableError) { try await task.value.get() }
     }
 
-    /// The download's events from now on: starts, resumes, restarts, progress, retries, the finish.
+    /// The download's events: starts, resumes, restarts, progress, retries, the finish.
     ///
-    /// Each access returns a new stream, which begins with the latest progress and ends when the task ends.
+    /// Each access returns a new stream. It begins with every event sent so far (progress only as its latest
+    /// value), so subscribing late loses nothing, and it ends when the task ends.
     public var events: AsyncStream<DownloadEvent> {
         engine.events.subscribe()
     }

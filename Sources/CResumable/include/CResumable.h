@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "CResumableCurl.h"
+
 /// Incremental SHA-256 (FIPS 180-4).
 typedef struct {
     uint32_t state[8];

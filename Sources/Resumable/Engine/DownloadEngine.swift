@@ -24,6 +24,8 @@ final class DownloadEngine: Sendable {
         var bytesPerSecond: Double = 0
         var lastCheckpointAt: ContinuousClock.Instant
         var checkpointInFlight = false
+        /// Set when the run loop ended: late transport callbacks and checkpoints are refused.
+        var ended = false
     }
 
     let file: PartialFile
@@ -106,8 +108,10 @@ final class DownloadEngine: Sendable {
                 file.remove()
             }
         }
-        // No checkpoint may flush or report after the file is released.
+        // No checkpoint may flush or report after the task ended, nor after the file is released.
+        state.withLock { $0.ended = true }
         drainCheckpoints()
+        if case .success = result { configuration.checkpointing?.finished?() }
         // Another task or process may take the file over from here on.
         file.release()
         events.finish()
@@ -227,7 +231,8 @@ final class DownloadEngine: Sendable {
                     url: machine.url,
                     etag: machine.validators.etag,
                     lastModified: machine.validators.lastModified,
-                    sha256: digest
+                    sha256: digest,
+                    transport: configuration.transport
                 )
             )
         } catch {
@@ -290,7 +295,7 @@ final class DownloadEngine: Sendable {
 
     private func receive(_ head: ResponseHead) -> Bool {
         let result = state.withLock { (state) -> Result<DownloadEvent?, ResumableError>? in
-            guard state.stop == nil else { return nil }
+            guard state.stop == nil, !state.ended else { return nil }
             switch state.machine.receive(head) {
             case .skipBody(let outcome):
                 state.headOutcome = outcome
@@ -338,7 +343,9 @@ final class DownloadEngine: Sendable {
     private func receive(_ body: UnsafeRawBufferPointer) throws(ResumableError) {
         let count = body.count
         let (emit, checkpoint) = try state.withLock { (state) throws(ResumableError) -> (Bool, Bool) in
-            guard state.stop == nil else { throw ResumableError(.cancelled, "the download was cancelled") }
+            guard state.stop == nil, !state.ended else {
+                throw ResumableError(.cancelled, "the download was cancelled")
+            }
             let position = state.machine.offset
             try state.machine.receiveBody(count: count)
             do throws(ResumableError) {
@@ -395,7 +402,7 @@ final class DownloadEngine: Sendable {
         // A serial queue off the write path: checkpoints reach the handler in order, never overlapping.
         checkpointQueue.async { [self] in
             defer { state.withLock { $0.checkpointInFlight = false } }
-            guard let token else { return }
+            guard let token, !state.withLock({ $0.ended }) else { return }
             // Every byte up to the token's offset was written before this flush began.
             guard (try? file.synchronize()) != nil else { return }
             checkpointing.handler(token)

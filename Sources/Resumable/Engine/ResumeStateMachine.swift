@@ -43,7 +43,9 @@ struct ResumeStateMachine: Sendable {
             case .representationChanged: return "the file changed on the server"
             case .unjoinablePartial(let why): return "the partial answer cannot be joined: \(why)"
             case .unsatisfiableRange(let why): return "the server refused the range: \(why)"
-            case .noValidators: return "the server gives no validator (ETag or Last-Modified) to resume safely"
+            case .noValidators:
+                return
+                    "the server gives no strong validator (a strong ETag, or a Last-Modified older than its Date) to join safely"
             case .contentEncoded: return "the answer is content-encoded, so it cannot be resumed"
             }
         }
@@ -75,8 +77,6 @@ struct ResumeStateMachine: Sendable {
         var etag: String?
         var lastModified: String?
         var responseDate: String?
-
-        var isEmpty: Bool { etag == nil && lastModified == nil }
 
         /// The value for `If-Range`: a strong entity tag, or else a strong Last-Modified date (RFC 9110
         /// §13.1.5, §8.8.2.2); `nil` when neither is usable.
@@ -161,7 +161,11 @@ struct ResumeStateMachine: Sendable {
 
     /// The request to send next. Drops the bytes on disk first when nothing could prove a join safe.
     mutating func nextRequest() -> Request {
-        if offset > 0 && (!isResumable || validators.isEmpty) {
+        if offset > 0 && (!isResumable || validators.ifRange == nil) {
+            // Pieces may only be joined under a strong validator the server checks (RFC 9110 §13.1.5,
+            // §15.3.7.3). A weak ETag, or a Last-Modified too close to its Date, cannot prove the bytes on
+            // disk are the server's: start again rather than risk a splice.
+            unreportedRestart = isResumable ? .noValidators : .contentEncoded
             offset = 0
         }
         var fields = [HTTPHeader(name: "Accept-Encoding", value: "identity")]
@@ -298,16 +302,13 @@ struct ResumeStateMachine: Sendable {
         return .writeBody(resumedAt: offset, restarted: nil)
     }
 
-    /// Whether a 206's validators prove it is the representation on disk (RFC 9110 §15.3.7.3).
+    /// Whether a 206's validators prove it is the representation on disk (RFC 9110 §15.3.7.3): the server
+    /// checked a strong validator (`If-Range`), and whatever validators the 206 carries are the stored ones.
     private func joinable(_ head: ResponseHead, sentIfRange: Bool) -> Bool {
-        let etag = head.value("ETag")
-        let lastModified = head.value("Last-Modified")
-        if let etag, etag != validators.etag { return false }
-        if let lastModified, lastModified != validators.lastModified { return false }
-        if sentIfRange { return true }
-        // Without If-Range the server did not check; the answer itself must carry an identical validator.
-        return (etag != nil && etag == validators.etag)
-            || (lastModified != nil && lastModified == validators.lastModified)
+        guard sentIfRange else { return false }
+        if let etag = head.value("ETag"), etag != validators.etag { return false }
+        if let lastModified = head.value("Last-Modified"), lastModified != validators.lastModified { return false }
+        return true
     }
 
     private mutating func receiveWhole(_ head: ResponseHead, _ current: Exchange) -> HeadDecision {
@@ -320,7 +321,8 @@ struct ResumeStateMachine: Sendable {
             }
             length = parsed
         }
-        var reason: RestartReason?
+        var reason = unreportedRestart
+        unreportedRestart = nil
         if offset > 0 {
             let previous = validators
             adoptValidators(head)
@@ -399,6 +401,9 @@ struct ResumeStateMachine: Sendable {
 
     /// The reason for the last restart decided while skipping a body, for progress reports.
     private(set) var lastRestart: RestartReason?
+    /// A restart decided in ``nextRequest()`` (the bytes on disk could not be joined safely), reported with
+    /// the next accepted body.
+    private var unreportedRestart: RestartReason?
 
     private func restartLimitError() -> ResumableError {
         ResumableError(

@@ -38,8 +38,9 @@ extension ResumeToken {
 enum AtomicFile {
     static func write(_ data: Data, to path: String) throws(ResumableError) {
         let directory = (path as NSString).deletingLastPathComponent
-        let sibling = path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let descriptor = open(sibling, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        // One fixed sibling name: a writer killed half way leaves it behind, and the next write replaces it.
+        let sibling = path + ".writing"
+        let descriptor = open(sibling, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else { throw .fileSystem("creating", path: sibling, errno: errno) }
         var failure: ResumableError?
         data.withUnsafeBytes { buffer in

@@ -7,9 +7,11 @@ import Testing
 /// Part B of the protocol rules: how answers are read, joined or refused.
 @Suite("Reading answers")
 struct AnswerHandlingTests {
-    @Test("A 206 that starts at the wrong offset is never joined: the file restarts and comes out right")
-    func wrongStart() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "A 206 that starts at the wrong offset is never joined: the file restarts and comes out right",
+        arguments: TransportKind.all)
+    func wrongStart(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 10_000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 4000)
@@ -27,9 +29,9 @@ struct AnswerHandlingTests {
         #expect(restarted, "the restart is reported")
     }
 
-    @Test("A short 206 is continued with new range requests until the file is whole")
-    func shortPartials() async throws {
-        let fixture = try DownloadFixture()
+    @Test("A short 206 is continued with new range requests until the file is whole", arguments: TransportKind.all)
+    func shortPartials(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 10_000)
         fixture.serve(.bytes(content, behavior: Behavior(maxPartialLength: 3000)))
         let token = try await fixture.interruptedToken(after: 1000)
@@ -39,9 +41,11 @@ struct AnswerHandlingTests {
         #expect(fixture.ranges() == ["bytes=1000-", "bytes=4000-", "bytes=7000-"])
     }
 
-    @Test("curl 1042: a 200 to a range request truncates and takes the whole new body, no splice")
-    func ignoredRange() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "curl 1042: a 200 to a range request truncates and takes the whole new body, no splice",
+        arguments: TransportKind.all)
+    func ignoredRange(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes(testBytes(count: 200)))
         let token = try await fixture.interruptedToken(after: 150)
         let replacement = testBytes(count: 100, seed: 7)
@@ -51,9 +55,9 @@ struct AnswerHandlingTests {
         #expect(result.status == 200)
     }
 
-    @Test("The file changed between pause and resume: the new file arrives whole")
-    func contentChanged() async throws {
-        let fixture = try DownloadFixture()
+    @Test("The file changed between pause and resume: the new file arrives whole", arguments: TransportKind.all)
+    func contentChanged(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes(testBytes(count: 50_000)))
         let token = try await fixture.interruptedToken(after: 20_000)
         let updated = testBytes(count: 60_000, seed: 3)
@@ -66,9 +70,9 @@ struct AnswerHandlingTests {
         #expect(request.header("If-Range") == token.etag)
     }
 
-    @Test("A 206 whose validators differ from the stored ones is not joined")
-    func partialWithChangedValidators() async throws {
-        let fixture = try DownloadFixture()
+    @Test("A 206 whose validators differ from the stored ones is not joined", arguments: TransportKind.all)
+    func partialWithChangedValidators(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes(testBytes(count: 10_000)))
         let token = try await fixture.interruptedToken(after: 5000)
         // A server that ignores If-Range and answers 206 from the new file.
@@ -80,9 +84,11 @@ struct AnswerHandlingTests {
         #expect(fixture.ranges() == ["bytes=5000-", nil])
     }
 
-    @Test("wget Test-c-full, curl 92: a 416 with bytes */offset finishes without downloading; the body is ignored")
-    func alreadyComplete() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "wget Test-c-full, curl 92: a 416 with bytes */offset finishes without downloading; the body is ignored",
+        arguments: TransportKind.all)
+    func alreadyComplete(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 87)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 60)
@@ -106,9 +112,11 @@ struct AnswerHandlingTests {
         #expect(result.bytesTransferred == 0)
     }
 
-    @Test("wget Test-c-shorter: the server's file is now shorter than the bytes on disk: restart, no splice")
-    func remoteShrank() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "wget Test-c-shorter: the server's file is now shorter than the bytes on disk: restart, no splice",
+        arguments: TransportKind.all)
+    func remoteShrank(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes(testBytes(count: 200)))
         let token = try await fixture.interruptedToken(after: 150)
         let shorter = testBytes(count: 100, seed: 11)
@@ -117,9 +125,11 @@ struct AnswerHandlingTests {
         #expect(try fixture.contents(of: result.fileURL) == shorter)
     }
 
-    @Test("curl 1040: a 416 without Content-Range is ambiguous: the file is fetched again, not assumed complete")
-    func ambiguous416() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "curl 1040: a 416 without Content-Range is ambiguous: the file is fetched again, not assumed complete",
+        arguments: TransportKind.all)
+    func ambiguous416(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 300)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 100)
@@ -130,9 +140,11 @@ struct AnswerHandlingTests {
         #expect(fixture.ranges() == ["bytes=100-", nil])
     }
 
-    @Test("A multipart/byteranges answer to a single range is refused and the file restarts")
-    func multipart() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "A multipart/byteranges answer to a single range is refused and the file restarts", arguments: TransportKind.all
+    )
+    func multipart(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 5000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 1000)
@@ -145,12 +157,13 @@ struct AnswerHandlingTests {
 
     @Test(
         "WPT invalid Content-Range values are never joined",
-        arguments: [
+        arguments: TransportKind.all,
+        [
             "0-1/1000", "bytes -10-100", "bytes 7-4/10", "bytes ABC-1/10", "80", "bytes something", "-12", "bytes 3 3",
         ]
     )
-    func invalidContentRange(value: String) async throws {
-        let fixture = try DownloadFixture()
+    func invalidContentRange(transport: TransportKind, value: String) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 5000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 1000)
@@ -161,9 +174,11 @@ struct AnswerHandlingTests {
         #expect(fixture.ranges() == ["bytes=1000-", nil])
     }
 
-    @Test("Accept-Ranges: none marks the token as advised against resuming, and a resume still ends correct")
-    func acceptRangesNone() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "Accept-Ranges: none marks the token as advised against resuming, and a resume still ends correct",
+        arguments: TransportKind.all)
+    func acceptRangesNone(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 5000)
         fixture.serve(.bytes(content, acceptRanges: "none", behavior: Behavior(ignoreRange: true)))
         let token = try await fixture.interruptedToken(after: 1000)
@@ -172,9 +187,11 @@ struct AnswerHandlingTests {
         #expect(try fixture.contents(of: result.fileURL) == content)
     }
 
-    @Test("Error statuses never become the file, and leave nothing behind", arguments: [404, 403, 410, 401])
-    func permanentErrors(status: Int) async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "Error statuses never become the file, and leave nothing behind", arguments: TransportKind.all,
+        [404, 403, 410, 401])
+    func permanentErrors(transport: TransportKind, status: Int) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes(testBytes(count: 100), behavior: Behavior(status: status)))
         let task = try fixture.download()
         let error = try #require(await failure(of: task))
@@ -185,9 +202,11 @@ struct AnswerHandlingTests {
         #expect(fixture.directory.contents().isEmpty, "no file, no temporary file")
     }
 
-    @Test("5xx is transient: retried with backoff, honouring Retry-After, and the download completes")
-    func transientErrorsAreRetried() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "5xx is transient: retried with backoff, honouring Retry-After, and the download completes",
+        arguments: TransportKind.all)
+    func transientErrorsAreRetried(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 20_000)
         fixture.serve(.bytes(content))
         fixture.server.enqueue(behavior: Behavior(dropAfterBytes: 5000), for: "/file.bin")
@@ -205,9 +224,11 @@ struct AnswerHandlingTests {
         #expect(retries == 3)
     }
 
-    @Test("When retries run out, the error is transient and carries a token at the bytes on disk")
-    func retriesRunOut() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "When retries run out, the error is transient and carries a token at the bytes on disk",
+        arguments: TransportKind.all)
+    func retriesRunOut(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 20_000)
         fixture.serve(.bytes(content))
         fixture.server.enqueue(behavior: Behavior(dropAfterBytes: 5000), for: "/file.bin")
@@ -224,9 +245,9 @@ struct AnswerHandlingTests {
 
     @Test(
         "A body cut short (Content-Length or chunked without the last chunk) is resumed, never complete",
-        arguments: [false, true])
-    func earlyClose(chunked: Bool) async throws {
-        let fixture = try DownloadFixture()
+        arguments: TransportKind.all, [false, true])
+    func earlyClose(transport: TransportKind, chunked: Bool) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 30_000)
         fixture.serve(.bytes(content, behavior: Behavior(chunked: chunked)))
         fixture.server.enqueue(behavior: Behavior(dropAfterBytes: 12_345, chunked: chunked), for: "/file.bin")
@@ -235,9 +256,9 @@ struct AnswerHandlingTests {
         #expect(fixture.ranges() == [nil, "bytes=12345-"])
     }
 
-    @Test("A connection reset mid-body is transient and resumed")
-    func connectionReset() async throws {
-        let fixture = try DownloadFixture()
+    @Test("A connection reset mid-body is transient and resumed", arguments: TransportKind.all)
+    func connectionReset(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 30_000)
         fixture.serve(.bytes(content))
         fixture.server.enqueue(behavior: Behavior(dropAfterBytes: 10_000, resetOnDrop: true), for: "/file.bin")
@@ -247,9 +268,11 @@ struct AnswerHandlingTests {
         #expect(fixture.ranges().count == 2)
     }
 
-    @Test("A body far longer than announced is an error or a correct file, never extra bytes")
-    func bodyLongerThanAnnounced() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "A body far longer than announced is an error or a correct file, never extra bytes",
+        arguments: TransportKind.all)
+    func bodyLongerThanAnnounced(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let body = testBytes(count: 10_000)
         fixture.server.enqueue(
             ScriptedResponse(

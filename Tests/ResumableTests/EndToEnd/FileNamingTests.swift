@@ -7,9 +7,9 @@ import Testing
 /// Part D of the protocol rules: names and places.
 @Suite("File names and destinations")
 struct FileNamingTests {
-    @Test("wget Content-Disposition: the file is saved under the header's name")
-    func contentDispositionName() async throws {
-        let fixture = try DownloadFixture()
+    @Test("wget Content-Disposition: the file is saved under the header's name", arguments: TransportKind.all)
+    func contentDispositionName(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes(testBytes(count: 100), contentDisposition: "attachment; filename=\"filename.html\""))
         let result = try await fixture.download().value
         #expect(result.fileURL.lastPathComponent == "filename.html")
@@ -17,9 +17,9 @@ struct FileNamingTests {
             result.fileURL.deletingLastPathComponent().standardizedFileURL == fixture.directory.url.standardizedFileURL)
     }
 
-    @Test("filename* (RFC 8187) wins over filename")
-    func extendedFilename() async throws {
-        let fixture = try DownloadFixture()
+    @Test("filename* (RFC 8187) wins over filename", arguments: TransportKind.all)
+    func extendedFilename(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(
             .bytes(
                 testBytes(count: 100),
@@ -32,7 +32,8 @@ struct FileNamingTests {
 
     @Test(
         "Hostile server-supplied names land inside the chosen directory under a safe name",
-        arguments: [
+        arguments: TransportKind.all,
+        [
             "attachment; filename=\"../../etc/passwd\"",
             "attachment; filename=\"/etc/passwd\"",
             "attachment; filename=\"..\\\\..\\\\boot.ini\"",
@@ -45,8 +46,8 @@ struct FileNamingTests {
             "attachment; filename=\"\(String(repeating: "x", count: 600)).bin\"",
         ]
     )
-    func hostileNames(disposition: String) async throws {
-        let fixture = try DownloadFixture()
+    func hostileNames(transport: TransportKind, disposition: String) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 100)
         fixture.serve(.bytes(content, contentDisposition: disposition))
         let result = try await fixture.download().value
@@ -61,9 +62,11 @@ struct FileNamingTests {
         #expect(fixture.directory.contents() == [name])
     }
 
-    @Test("Without Content-Disposition the name is the URL's last path component, then the host")
-    func nameFromURL() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "Without Content-Disposition the name is the URL's last path component, then the host",
+        arguments: TransportKind.all)
+    func nameFromURL(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes([1]), at: "/dir/some%20file.tar.gz")
         let named = try await fixture.download("/dir/some%20file.tar.gz").value
         #expect(named.fileURL.lastPathComponent == "some file.tar.gz")
@@ -72,9 +75,9 @@ struct FileNamingTests {
         #expect(host.fileURL.lastPathComponent == "127.0.0.1")
     }
 
-    @Test("An existing file is never overwritten by default: a free name is chosen")
-    func freeNameOnCollision() async throws {
-        let fixture = try DownloadFixture()
+    @Test("An existing file is never overwritten by default: a free name is chosen", arguments: TransportKind.all)
+    func freeNameOnCollision(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let existing = fixture.directory.url.appendingPathComponent("report.pdf")
         try Data("mine".utf8).write(to: existing)
         fixture.serve(.bytes(testBytes(count: 10)), at: "/report.pdf")
@@ -85,9 +88,9 @@ struct FileNamingTests {
         #expect(try Data(contentsOf: existing) == Data("mine".utf8))
     }
 
-    @Test("Overwriting replaces the existing file when asked; failing keeps the token")
-    func overwriteAndFailPolicies() async throws {
-        let fixture = try DownloadFixture()
+    @Test("Overwriting replaces the existing file when asked; failing keeps the token", arguments: TransportKind.all)
+    func overwriteAndFailPolicies(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let existing = fixture.directory.url.appendingPathComponent("file.bin")
         try Data("mine".utf8).write(to: existing)
         let content = testBytes(count: 10)
@@ -105,9 +108,9 @@ struct FileNamingTests {
         #expect(refused.resumeToken?.offset == 10)
     }
 
-    @Test("An exact file destination is honoured, and the temporary file sits next to it")
-    func exactFileDestination() async throws {
-        let fixture = try DownloadFixture()
+    @Test("An exact file destination is honoured, and the temporary file sits next to it", arguments: TransportKind.all)
+    func exactFileDestination(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 5000)
         fixture.serve(.bytes(content, contentDisposition: "attachment; filename=\"ignored.bin\""))
         let target = fixture.directory.url.appendingPathComponent("chosen.dat")
@@ -115,7 +118,7 @@ struct FileNamingTests {
         let task = try DownloadTask(
             url: fixture.server.url(for: "/file.bin"),
             destination: .file(target),
-            configuration: DownloadFixture.configuration(retries: 0)
+            configuration: DownloadFixture.configuration(retries: 0, transport: transport)
         )
         let token = try #require(await failure(of: task)?.resumeToken)
         #expect(token.destination == target.standardizedFileURL.path)
@@ -128,9 +131,9 @@ struct FileNamingTests {
         #expect(try fixture.contents(of: target) == content)
     }
 
-    @Test("The suggested name comes from the first response; a 206 need not repeat it")
-    func nameKeptAcrossResume() async throws {
-        let fixture = try DownloadFixture()
+    @Test("The suggested name comes from the first response; a 206 need not repeat it", arguments: TransportKind.all)
+    func nameKeptAcrossResume(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 5000)
         fixture.serve(.bytes(content, contentDisposition: "attachment; filename=\"kept.iso\""))
         let token = try await fixture.interruptedToken(after: 2000)

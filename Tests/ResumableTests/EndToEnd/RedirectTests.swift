@@ -7,9 +7,11 @@ import Testing
 /// Part C of the protocol rules: redirects and identity.
 @Suite("Redirects")
 struct RedirectTests {
-    @Test("curl 188/189: the range is re-sent after a redirect, and the token names the final URL")
-    func rangeAfterRedirect() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "curl 188/189: the range is re-sent after a redirect, and the token names the final URL",
+        arguments: TransportKind.all)
+    func rangeAfterRedirect(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 10_000)
         fixture.serve(.bytes(content), at: "/real.bin")
         fixture.serve(
@@ -27,9 +29,11 @@ struct RedirectTests {
         #expect(result.url == fixture.server.url(for: "/real.bin"))
     }
 
-    @Test("A redirect during a resume keeps the range, and a 200 without Content-Range is a restart")
-    func redirectThenWhole() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "A redirect during a resume keeps the range, and a 200 without Content-Range is a restart",
+        arguments: TransportKind.all)
+    func redirectThenWhole(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 10_000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 4000)
@@ -42,9 +46,9 @@ struct RedirectTests {
         #expect(result.status == 200)
     }
 
-    @Test("Redirect loops and chains longer than the limit fail clearly")
-    func loopsAndLimits() async throws {
-        let fixture = try DownloadFixture()
+    @Test("Redirect loops and chains longer than the limit fail clearly", arguments: TransportKind.all)
+    func loopsAndLimits(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes([], behavior: Behavior(redirect: Redirect(location: "/b"))), at: "/a")
         fixture.serve(.bytes([], behavior: Behavior(redirect: Redirect(location: "/a"))), at: "/b")
         let loop = try #require(await failure(of: fixture.download("/a")))
@@ -60,17 +64,17 @@ struct RedirectTests {
         #expect(fixture.directory.contents().isEmpty)
     }
 
-    @Test("Redirects to schemes other than http(s) are refused")
-    func otherSchemes() async throws {
-        let fixture = try DownloadFixture()
+    @Test("Redirects to schemes other than http(s) are refused", arguments: TransportKind.all)
+    func otherSchemes(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes([], behavior: Behavior(redirect: Redirect(location: "file:///etc/passwd"))))
         let error = try #require(await failure(of: fixture.download()))
         #expect(error.code == .redirect)
     }
 
-    @Test("Credentials are dropped on a cross-origin hop and kept on a same-origin one")
-    func credentialsAcrossOrigins() async throws {
-        let fixture = try DownloadFixture()
+    @Test("Credentials are dropped on a cross-origin hop and kept on a same-origin one", arguments: TransportKind.all)
+    func credentialsAcrossOrigins(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let other = try LoopbackServer()
         let content = testBytes(count: 1000)
         other.register(.bytes(content), at: "/there.bin")
@@ -92,9 +96,11 @@ struct RedirectTests {
         #expect(crossOrigin.header("Proxy-Authorization") == nil)
     }
 
-    @Test("An expired resume URL falls back to the original URL; the validators still guard the content")
-    func expiredURLFallsBack() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "An expired resume URL falls back to the original URL; the validators still guard the content",
+        arguments: TransportKind.all)
+    func expiredURLFallsBack(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 8000)
         fixture.serve(.bytes(content), at: "/signed-1")
         fixture.serve(.bytes([], behavior: Behavior(redirect: Redirect(location: "/signed-1"))), at: "/latest")
@@ -109,9 +115,9 @@ struct RedirectTests {
         #expect(fixture.ranges("/signed-2") == ["bytes=2000-"])
     }
 
-    @Test("A replacement URL is used for the resume, guarded by the same validators")
-    func replacementURL() async throws {
-        let fixture = try DownloadFixture()
+    @Test("A replacement URL is used for the resume, guarded by the same validators", arguments: TransportKind.all)
+    func replacementURL(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 8000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 3000)

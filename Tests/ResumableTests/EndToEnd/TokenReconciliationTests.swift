@@ -7,9 +7,10 @@ import Testing
 /// What a resume does with the temporary file a token names.
 @Suite("Reconciling a token with its temporary file")
 struct TokenReconciliationTests {
-    @Test("A temporary file shorter than the token says resumes from what is really there")
-    func lostTail() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "A temporary file shorter than the token says resumes from what is really there", arguments: TransportKind.all)
+    func lostTail(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 10_000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 6000)
@@ -24,9 +25,9 @@ struct TokenReconciliationTests {
         _ = events
     }
 
-    @Test("Bytes beyond the token's offset are cut off, not trusted")
-    func untrustedTail() async throws {
-        let fixture = try DownloadFixture()
+    @Test("Bytes beyond the token's offset are cut off, not trusted", arguments: TransportKind.all)
+    func untrustedTail(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 10_000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 3000)
@@ -40,9 +41,9 @@ struct TokenReconciliationTests {
         #expect(fixture.ranges() == ["bytes=3000-"])
     }
 
-    @Test("A missing temporary file restarts cleanly and says so")
-    func missingTemporaryFile() async throws {
-        let fixture = try DownloadFixture()
+    @Test("A missing temporary file restarts cleanly and says so", arguments: TransportKind.all)
+    func missingTemporaryFile(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 10_000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 3000)
@@ -54,25 +55,30 @@ struct TokenReconciliationTests {
         #expect(fixture.ranges() == [nil])
     }
 
-    @Test("A second resume of a token in use fails at once, and the first continues undisturbed")
-    func tokenInUse() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "A second resume of a token in use fails at once, and the first continues undisturbed",
+        arguments: TransportKind.all)
+    func tokenInUse(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 1_000_000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 100_000)
         fixture.serve(.bytes(content, behavior: Behavior(throttleBytesPerSecond: 5_000_000)))
-        let first = try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration())
+        let first = try DownloadTask.resume(
+            from: token, configuration: DownloadFixture.configuration(transport: transport))
         let error = #expect(throws: ResumableError.self) {
-            try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration())
+            try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration(transport: transport))
         }
         #expect(error?.code == .tokenInUse)
         let result = try await first.value
         #expect(try fixture.contents(of: result.fileURL) == content)
     }
 
-    @Test("A token whose temporary file is not beside its destination is refused before anything is touched")
-    func misplacedTemporaryFile() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "A token whose temporary file is not beside its destination is refused before anything is touched",
+        arguments: TransportKind.all)
+    func misplacedTemporaryFile(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes(testBytes(count: 5000)))
         let token = try await fixture.interruptedToken(after: 1000)
         let elsewhere = try TemporaryDirectory()
@@ -81,28 +87,33 @@ struct TokenReconciliationTests {
         var object = try #require(JSONSerialization.jsonObject(with: token.jsonData()) as? [String: Any])
         object["tempPath"] = moved.path
         let crafted = try ResumeToken(jsonData: JSONSerialization.data(withJSONObject: object))
-        let error = #expect(throws: ResumableError.self) { try DownloadTask.resume(from: crafted) }
+        let error = #expect(throws: ResumableError.self) {
+            try DownloadTask.resume(from: crafted, configuration: DownloadFixture.configuration(transport: transport))
+        }
         #expect(error?.code == .invalidToken)
         #expect(try Data(contentsOf: moved).count == 1000, "the file named by the token is untouched")
     }
 
-    @Test("A token whose temporary file is a symbolic link is refused")
-    func symlinkRefused() async throws {
-        let fixture = try DownloadFixture()
+    @Test("A token whose temporary file is a symbolic link is refused", arguments: TransportKind.all)
+    func symlinkRefused(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes(testBytes(count: 5000)))
         let token = try await fixture.interruptedToken(after: 1000)
         let victim = fixture.directory.url.appendingPathComponent("victim.txt")
         try Data("precious".utf8).write(to: victim)
         try FileManager.default.removeItem(atPath: token.tempPath)
         try FileManager.default.createSymbolicLink(atPath: token.tempPath, withDestinationPath: victim.path)
-        let error = #expect(throws: ResumableError.self) { try DownloadTask.resume(from: token) }
+        let error = #expect(throws: ResumableError.self) {
+            try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration(transport: transport))
+        }
         #expect(error?.code == .invalidToken)
         #expect(try Data(contentsOf: victim) == Data("precious".utf8))
     }
 
-    @Test("Cancelling deletes the temporary file; pausing before any byte returns no token")
-    func cancelAndEmptyPause() async throws {
-        let fixture = try DownloadFixture()
+    @Test(
+        "Cancelling deletes the temporary file; pausing before any byte returns no token", arguments: TransportKind.all)
+    func cancelAndEmptyPause(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.bytes(testBytes(count: 2_000_000), behavior: Behavior(throttleBytesPerSecond: 2_000_000)))
         let task = try fixture.download()
         for await progress in task.progress where progress.bytesOnDisk > 10_000 { break }

@@ -37,21 +37,29 @@ struct CheckpointTests {
     @Test("A checkpoint file on disk is a valid token that resumes to the right file")
     func checkpointFileResumes() async throws {
         let fixture = try DownloadFixture()
-        let content = testBytes(count: 1_000_000)
+        let content = testBytes(count: 4_000_000)
         fixture.serve(.bytes(content, behavior: Behavior(throttleBytesPerSecond: 2_000_000)))
         let tokenFile = fixture.directory.url.appendingPathComponent("checkpoint.json")
         var configuration = DownloadFixture.configuration()
         configuration.checkpointing = .file(tokenFile, interval: .milliseconds(50))
         let task = try fixture.download(configuration: configuration)
-        for await progress in task.progress where progress.bytesOnDisk >= 300_000 { break }
-        try await Task.sleep(for: .milliseconds(120))
         // Simulate a crash: the task is abandoned without producing resume data; only the checkpoint is left.
-        let checkpoint = try ResumeToken(contentsOf: tokenFile)
-        #expect(checkpoint.offset >= 200_000)
+        var checkpoint: ResumeToken?
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if let token = try? ResumeToken(contentsOf: tokenFile), token.offset >= 200_000 {
+                checkpoint = token
+                break
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let found = try #require(checkpoint)
+        #expect(found.offset < 4_000_000)
         _ = await task.cancelProducingResumeData()
-        let result = try await DownloadTask.resume(from: checkpoint, configuration: DownloadFixture.configuration())
-            .value
+        fixture.serve(.bytes(content))
+        let result = try await DownloadTask.resume(from: found, configuration: configuration).value
         #expect(try fixture.contents(of: result.fileURL) == content)
-        #expect(result.resumedAtOffset == checkpoint.offset)
+        #expect(result.resumedAtOffset == found.offset)
+        #expect(!FileManager.default.fileExists(atPath: tokenFile.path), "a finished download leaves no checkpoint")
     }
 }

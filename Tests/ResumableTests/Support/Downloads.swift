@@ -4,28 +4,56 @@ import Testing
 
 @testable import Resumable
 
+/// The transports every end-to-end test runs with, as a test argument.
+typealias TransportKind = DownloadTask.Transport
+
+extension TransportKind {
+    /// Both transports: each end-to-end test runs once per transport.
+    static let all: [TransportKind] = [.urlSession, .libcurl]
+}
+
 /// Shared set-up for end-to-end tests: a loopback server, a scratch directory, fast retries.
 struct DownloadFixture {
     let server: LoopbackServer
     let directory: TemporaryDirectory
+    /// The transport of this fixture's downloads wherever a test did not choose one (a configuration whose
+    /// transport is ``DownloadTask/Transport/automatic``).
+    let transport: TransportKind
 
-    init() throws {
+    init(transport: TransportKind = .automatic) throws {
         server = try LoopbackServer()
         directory = try TemporaryDirectory()
+        self.transport = transport
     }
 
     /// A configuration with quick retries, so failure paths stay fast.
     static func configuration(
         retries: Int = 3,
         headers: [String: String] = [:],
-        existingFile: DownloadTask.ExistingFilePolicy = .chooseFreeName
+        existingFile: DownloadTask.ExistingFilePolicy = .chooseFreeName,
+        transport: TransportKind = .automatic
     ) -> DownloadTask.Configuration {
         DownloadTask.Configuration(
             headers: headers,
             existingFile: existingFile,
             retry: .init(maximumRetries: retries, initialDelay: .milliseconds(10), maximumDelay: .milliseconds(50)),
-            idleTimeout: .seconds(10)
+            idleTimeout: .seconds(10),
+            transport: transport
         )
+    }
+
+    /// `configuration` with `transport`, or else the fixture's transport when the configuration left it
+    /// automatic.
+    func applying(_ transport: TransportKind?, to configuration: DownloadTask.Configuration)
+        -> DownloadTask.Configuration
+    {
+        var configuration = configuration
+        if let transport {
+            configuration.transport = transport
+        } else if configuration.transport == .automatic {
+            configuration.transport = self.transport
+        }
+        return configuration
     }
 
     /// Registers `resource` at `path` and returns its URL.
@@ -35,15 +63,16 @@ struct DownloadFixture {
         return server.url(for: path)
     }
 
-    /// Starts a download of `path` into the scratch directory.
+    /// Starts a download of `path` into the scratch directory, with `transport` or the fixture's.
     func download(
         _ path: String = "/file.bin",
-        configuration: DownloadTask.Configuration = DownloadFixture.configuration()
+        configuration: DownloadTask.Configuration = DownloadFixture.configuration(),
+        transport: TransportKind? = nil
     ) throws -> DownloadTask {
         try DownloadTask(
             url: server.url(for: path),
             destination: .directory(directory.url),
-            configuration: configuration
+            configuration: applying(transport, to: configuration)
         )
     }
 
@@ -71,9 +100,13 @@ func testBytes(count: Int, seed: UInt64 = 1) -> [UInt8] {
 extension DownloadFixture {
     /// Downloads `path` while the server drops the connection after `bytes` body bytes, with no retries,
     /// and returns the token the failure carries.
-    func interruptedToken(_ path: String = "/file.bin", after bytes: Int64) async throws -> ResumeToken {
+    func interruptedToken(
+        _ path: String = "/file.bin",
+        after bytes: Int64,
+        transport: TransportKind? = nil
+    ) async throws -> ResumeToken {
         server.enqueue(behavior: Behavior(dropAfterBytes: bytes), for: path)
-        let task = try download(path, configuration: DownloadFixture.configuration(retries: 0))
+        let task = try download(path, configuration: DownloadFixture.configuration(retries: 0), transport: transport)
         let error = try #require(await failure(of: task))
         #expect(error.isTransient, "\(error)")
         let token = try #require(error.resumeToken, "a transient failure carries a token: \(error)")
@@ -85,14 +118,16 @@ extension DownloadFixture {
     func resumeThroughDisk(
         _ token: ResumeToken,
         replacingURL: URL? = nil,
-        configuration: DownloadTask.Configuration = DownloadFixture.configuration()
+        configuration: DownloadTask.Configuration = DownloadFixture.configuration(),
+        transport: TransportKind? = nil
     ) throws -> DownloadTask {
         let file = directory.url.appendingPathComponent("token.json")
         try token.write(to: file)
         let decoded = try ResumeToken(contentsOf: file)
         #expect(decoded == token)
         try FileManager.default.removeItem(at: file)
-        return try DownloadTask.resume(from: decoded, replacingURL: replacingURL, configuration: configuration)
+        return try DownloadTask.resume(
+            from: decoded, replacingURL: replacingURL, configuration: applying(transport, to: configuration))
     }
 }
 
