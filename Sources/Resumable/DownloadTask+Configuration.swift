@@ -244,6 +244,9 @@ extension DownloadTask {
         public var computesSHA256: Bool
         /// Which HTTP implementation moves the bytes; ``Transport/automatic`` (libcurl when it loads) by default.
         public var transport: Transport
+        /// Slows the writer to about this many bytes per second, to measure backpressure (benchmarks and
+        /// tests only): the transport's thread sleeps after each write, as it would behind a slow disk.
+        @_spi(Benchmarking) public var simulatedWriterBytesPerSecond: Int?
 
         /// Creates a configuration.
         public init(

@@ -18,4 +18,8 @@ void cresumable_sha256_init(cresumable_sha256_context *context);
 void cresumable_sha256_update(cresumable_sha256_context *context, const void *data, size_t count);
 void cresumable_sha256_final(cresumable_sha256_context *context, uint8_t digest[32]);
 
+/// Starts writing back the dirty pages of `count` bytes at `offset` without waiting for them
+/// (`sync_file_range(SYNC_FILE_RANGE_WRITE)` on Linux; nothing elsewhere). Returns 0 or an errno value.
+int cresumable_start_writeback(int descriptor, int64_t offset, int64_t count);
+
 #endif

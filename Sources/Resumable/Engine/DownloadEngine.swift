@@ -24,6 +24,8 @@ final class DownloadEngine: Sendable {
         var bytesPerSecond: Double = 0
         var lastCheckpointAt: ContinuousClock.Instant
         var checkpointInFlight = false
+        /// Where the next early writeback starts.
+        var writebackStart: Int64 = 0
         /// Set when the run loop ended: late transport callbacks and checkpoints are refused.
         var ended = false
     }
@@ -35,6 +37,8 @@ final class DownloadEngine: Sendable {
     /// The offset this task started at (the token's, reconciled with the file).
     let initialOffset: Int64
     let events = EventHub()
+    /// How many written bytes trigger an early writeback, so the final flush has little left to do.
+    static let writebackChunk: Int64 = 8 << 20
     private let checkpointQueue = DispatchQueue(label: "Resumable.checkpoints")
     private let state: Mutex<State>
 
@@ -355,6 +359,14 @@ final class DownloadEngine: Sendable {
                 throw error
             }
             state.bytesTransferred += Int64(count)
+            if state.machine.offset < state.writebackStart {
+                state.writebackStart = 0  // The file restarted.
+            }
+            if state.machine.offset - state.writebackStart >= Self.writebackChunk {
+                let range = (state.writebackStart, state.machine.offset - state.writebackStart)
+                state.writebackStart = state.machine.offset
+                checkpointQueue.async { [file] in file.startWriteback(offset: range.0, count: range.1) }
+            }
             let now = ContinuousClock.now
             let emit = now - state.lastProgressAt >= configuration.progressInterval
             var checkpoint = false
@@ -369,6 +381,9 @@ final class DownloadEngine: Sendable {
         }
         if emit { emitProgress() }
         if checkpoint { takeCheckpoint(makeToken()) }
+        if let rate = configuration.simulatedWriterBytesPerSecond, rate > 0 {
+            usleep(useconds_t(min(Double(count) / Double(rate) * 1e6, 1e6)))
+        }
     }
 
     private func emitProgress() {

@@ -1,3 +1,4 @@
+import CResumable
 import Foundation
 import Synchronization
 
@@ -126,6 +127,14 @@ final class PartialFile: Sendable {
             let result = fsync(descriptor)
         #endif
         guard result == 0 else { throw .fileSystem("flushing", path: path, errno: errno) }
+    }
+
+    /// Asks the kernel to start writing `count` bytes at `offset` to disk, without waiting.
+    ///
+    /// Spreads the cost of the final flush over the download; a failure is harmless (the final flush still
+    /// happens), so it is ignored.
+    func startWriteback(offset: Int64, count: Int64) {
+        _ = cresumable_start_writeback(descriptor, offset, count)
     }
 
     /// The lowercase hex SHA-256 of the file's contents.
