@@ -123,6 +123,8 @@ struct ResumeStateMachine: Sendable {
     /// Restarts from byte 0 in this run; bounded so a server that changes on every request cannot loop.
     private(set) var restarts = 0
     static let maximumRestarts = 10
+    /// Sent unless the caller's headers name another one, so servers can tell who is asking.
+    static let userAgent = "Resumable/1"
 
     /// A machine for a new download of `url`.
     init(url: URL, headers: [HTTPHeader], maximumRedirects: Int) {
@@ -169,6 +171,9 @@ struct ResumeStateMachine: Sendable {
             offset = 0
         }
         var fields = [HTTPHeader(name: "Accept-Encoding", value: "identity")]
+        if !headers.contains(where: { $0.name.caseInsensitiveCompare("User-Agent") == .orderedSame }) {
+            fields.append(HTTPHeader(name: "User-Agent", value: Self.userAgent))
+        }
         let crossOrigin = HTTPURL.origin(of: url) != HTTPURL.origin(of: originalURL)
         for header in headers where !(crossOrigin && SensitiveHeaders.contains(header.name)) {
             if header.name.caseInsensitiveCompare("Accept-Encoding") == .orderedSame { continue }

@@ -68,6 +68,14 @@ final class PartialFile: Sendable {
         guard (status.st_mode & S_IFMT) == S_IFREG else {
             throw ResumableError(.invalidToken, "the temporary file '\(path)' is not a regular file")
         }
+        // A file this library created has one name and belongs to this user: a hard link planted under our
+        // naming would otherwise let a crafted token truncate or overwrite another file.
+        guard status.st_nlink == 1 else {
+            throw ResumableError(.invalidToken, "the temporary file '\(path)' has other hard links")
+        }
+        guard status.st_uid == geteuid() else {
+            throw ResumableError(.invalidToken, "the temporary file '\(path)' belongs to another user")
+        }
         try file.lock()
         return file
     }

@@ -86,10 +86,18 @@ extension ResumeToken: Codable {
 
         let destination = try container.decodeIfPresent(String.self, forKey: .destination)
         if let destination {
-            guard destination.hasPrefix("/"), !destination.contains("\0") else {
+            guard destination.hasPrefix("/") else {
                 throw ResumableError.invalidToken(
                     field: "destination",
                     "is not an absolute path: \(destination.debugDescription)"
+                )
+            }
+            guard !destination.split(separator: "/").contains(".."),
+                destination.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F })
+            else {
+                throw ResumableError.invalidToken(
+                    field: "destination",
+                    "contains '..' or control characters: \(destination.debugDescription)"
                 )
             }
         }

@@ -129,3 +129,20 @@ struct TokenReconciliationTests {
         #expect(fixture.directory.contents().isEmpty)
     }
 }
+
+@Suite("Crafted tokens")
+struct CraftedTokenTests {
+    @Test("A token whose temporary file is a hard link to another file is refused, and that file is untouched")
+    func hardLinkRefused() async throws {
+        let fixture = try DownloadFixture()
+        fixture.serve(.bytes(testBytes(count: 5000)))
+        let token = try await fixture.interruptedToken(after: 1000)
+        let victim = fixture.directory.url.appendingPathComponent("victim.txt")
+        try Data(repeating: 0x41, count: 4000).write(to: victim)
+        try FileManager.default.removeItem(atPath: token.tempPath)
+        try FileManager.default.linkItem(atPath: victim.path, toPath: token.tempPath)
+        let error = #expect(throws: ResumableError.self) { try DownloadTask.resume(from: token) }
+        #expect(error?.code == .invalidToken)
+        #expect(try Data(contentsOf: victim) == Data(repeating: 0x41, count: 4000), "not truncated, not written")
+    }
+}

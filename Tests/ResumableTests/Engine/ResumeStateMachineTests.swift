@@ -54,6 +54,10 @@ struct ResumeStateMachineTests {
         #expect(Self.header(request, "Range") == nil)
         #expect(Self.header(request, "If-Range") == nil)
         #expect(request.offset == 0)
+        #expect(Self.header(request, "User-Agent") == "Resumable/1")
+        var custom = ResumeStateMachine(
+            url: Self.url, headers: [HTTPHeader(name: "user-agent", value: "app/2")], maximumRedirects: 10)
+        #expect(custom.nextRequest().headers.filter { $0.name.lowercased() == "user-agent" }.map(\.value) == ["app/2"])
     }
 
     @Test("A resume sends Range from the offset and If-Range with the strong ETag")
