@@ -234,6 +234,9 @@ extension DownloadTask {
         public var maximumRedirects: Int
         /// Periodic token checkpoints; `nil` for none.
         public var checkpointing: Checkpointing?
+        /// Called with every event of the download, in order, on the thread that produced it: the callback
+        /// form of ``DownloadTask/events``. Keep it short; it runs on the transfer's path.
+        public var eventHandler: (@Sendable (DownloadEvent) -> Void)?
         /// How often progress is reported at most.
         public var progressInterval: Duration
         /// The SHA-256 the finished file must have (hex, either case). On a mismatch the temporary file is

@@ -36,7 +36,7 @@ final class DownloadEngine: Sendable {
     let createdAt: Date
     /// The offset this task started at (the token's, reconciled with the file).
     let initialOffset: Int64
-    let events = EventHub()
+    let events: EventHub
     /// How many written bytes trigger an early writeback, so the final flush has little left to do.
     static let writebackChunk: Int64 = 8 << 20
     private let checkpointQueue = DispatchQueue(label: "Resumable.checkpoints")
@@ -51,6 +51,7 @@ final class DownloadEngine: Sendable {
     ) {
         let now = ContinuousClock.now
         self.state = Mutex(State(machine: machine, lastProgressAt: now, rateSampleAt: now, lastCheckpointAt: now))
+        self.events = EventHub(handler: configuration.eventHandler)
         self.file = file
         self.destination = destination
         self.configuration = configuration
@@ -147,6 +148,8 @@ final class DownloadEngine: Sendable {
                 transportError = error
             }
             if let stopped = stoppedError() { return .failure(stopped) }
+            // Progress is throttled while bytes arrive; report where this response left the file.
+            emitProgress()
             let (outcome, progressed, restart) = state.withLock { state in
                 let outcome: ResumeStateMachine.Outcome
                 if let decided = state.headOutcome {

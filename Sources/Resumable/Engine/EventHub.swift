@@ -20,6 +20,12 @@ final class EventHub: Sendable {
     static let historyLimit = 256
 
     private let state = Mutex(State())
+    private let handler: (@Sendable (DownloadEvent) -> Void)?
+
+    /// A hub that also calls `handler` with every event, in order, before any subscriber sees it.
+    init(handler: (@Sendable (DownloadEvent) -> Void)? = nil) {
+        self.handler = handler
+    }
 
     /// A stream of every event so far (progress as the latest value only), then of live events.
     func subscribe() -> AsyncStream<DownloadEvent> {
@@ -50,6 +56,8 @@ final class EventHub: Sendable {
     }
 
     func send(_ event: DownloadEvent) {
+        // Outside the lock: the handler may call back into the task (for example to read `events`).
+        handler?(event)
         // Yield under the lock, so a subscriber never sees a live event before the history it follows.
         state.withLock { state in
             if case .progress(let progress) = event {

@@ -39,6 +39,26 @@ struct ResumeStateMachineTests {
         return machine
     }
 
+    /// A token for `url` under the strong ETag, as if a download of it had been paused at `offset`.
+    static func token(offset: Int64, expectedLength: Int64?, originalURL: URL = url) -> ResumeToken {
+        ResumeToken(
+            url: url,
+            originalURL: originalURL,
+            offset: offset,
+            expectedLength: expectedLength,
+            etag: strongETag,
+            lastModified: nil,
+            responseDate: nil,
+            acceptRanges: "bytes",
+            tempPath: "/tmp/" + TemporaryFileName.make(),
+            suggestedFilename: "file.bin",
+            destination: nil,
+            headers: [:],
+            createdAt: Date(),
+            updatedAt: Date()
+        )
+    }
+
     static func isRequestAgain(_ decision: ResumeStateMachine.HeadDecision) -> Bool {
         if case .skipBody(.requestAgain) = decision { return true }
         return false
@@ -110,22 +130,7 @@ struct ResumeStateMachineTests {
 
     @Test("Offsets above 4 GiB are formatted in full", arguments: [Int64(4_294_967_296), 9_999_999_999, Int64.max - 1])
     func largeOffsets(offset: Int64) throws {
-        let token = ResumeToken(
-            url: Self.url,
-            originalURL: Self.url,
-            offset: offset,
-            expectedLength: Int64.max,
-            etag: Self.strongETag,
-            lastModified: nil,
-            responseDate: nil,
-            acceptRanges: "bytes",
-            tempPath: "/tmp/" + TemporaryFileName.make(),
-            suggestedFilename: "file.bin",
-            destination: nil,
-            headers: [:],
-            createdAt: Date(),
-            updatedAt: Date()
-        )
+        let token = Self.token(offset: offset, expectedLength: Int64.max)
         var machine = ResumeStateMachine(
             token: token,
             bytesOnDisk: offset,
@@ -146,22 +151,7 @@ struct ResumeStateMachineTests {
 
     @Test("The resume offset is the smaller of the token's and the file's")
     func reconcileWithFile() {
-        let token = ResumeToken(
-            url: Self.url,
-            originalURL: Self.url,
-            offset: 500,
-            expectedLength: 1000,
-            etag: Self.strongETag,
-            lastModified: nil,
-            responseDate: nil,
-            acceptRanges: nil,
-            tempPath: "/tmp/" + TemporaryFileName.make(),
-            suggestedFilename: "file.bin",
-            destination: nil,
-            headers: [:],
-            createdAt: Date(),
-            updatedAt: Date()
-        )
+        let token = Self.token(offset: 500, expectedLength: 1000)
         var shorter = ResumeStateMachine(
             token: token, bytesOnDisk: 300, replacingURL: nil, headers: [], maximumRedirects: 1)
         #expect(shorter.nextRequest().offset == 300)
@@ -408,22 +398,7 @@ struct ResumeStateMachineTests {
     @Test("When a resumed URL is gone, the original URL is tried once")
     func fallsBackToOriginalURL() {
         let original = URL(string: "http://127.0.0.1:8080/latest")!
-        let token = ResumeToken(
-            url: Self.url,
-            originalURL: original,
-            offset: 40,
-            expectedLength: 100,
-            etag: Self.strongETag,
-            lastModified: nil,
-            responseDate: nil,
-            acceptRanges: nil,
-            tempPath: "/tmp/" + TemporaryFileName.make(),
-            suggestedFilename: "file.bin",
-            destination: nil,
-            headers: [:],
-            createdAt: Date(),
-            updatedAt: Date()
-        )
+        let token = Self.token(offset: 40, expectedLength: 100, originalURL: original)
         var machine = ResumeStateMachine(
             token: token, bytesOnDisk: 40, replacingURL: nil, headers: [], maximumRedirects: 10)
         _ = machine.nextRequest()
