@@ -44,9 +44,10 @@ enum AtomicFile {
         guard descriptor >= 0 else { throw .fileSystem("creating", path: sibling, errno: errno) }
         var failure: ResumableError?
         data.withUnsafeBytes { buffer in
+            guard let base = buffer.baseAddress else { return }
             var written = 0
             while written < buffer.count {
-                let count = Glibc.write(descriptor, buffer.baseAddress!.advanced(by: written), buffer.count - written)
+                let count = Glibc.write(descriptor, base.advanced(by: written), buffer.count - written)
                 if count < 0 {
                     if errno == EINTR { continue }
                     failure = .fileSystem("writing", path: sibling, errno: errno)
