@@ -14,7 +14,16 @@ extension ResumeToken {
     public init(contentsOf file: URL) throws(ResumableError) {
         let data: Data
         do {
+            let size = try FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int ?? 0
+            guard size <= Self.maximumFileSize else {
+                throw ResumableError(
+                    .invalidToken,
+                    "'\(file.path)' is \(size) bytes, too large to be a resume token (at most \(Self.maximumFileSize))"
+                )
+            }
             data = try Data(contentsOf: file)
+        } catch let error as ResumableError {
+            throw error
         } catch {
             if !FileManager.default.fileExists(atPath: file.path) {
                 throw ResumableError(
@@ -26,6 +35,9 @@ extension ResumeToken {
         }
         try self.init(jsonData: data)
     }
+
+    /// The largest token file read; real tokens are well under a kilobyte.
+    static let maximumFileSize = 1 << 20
 
     /// Writes the token to `file` atomically: a sibling is written and flushed, renamed over `file`, and
     /// the directory is flushed, so a crash leaves either the old token or the new one, never a torn one.

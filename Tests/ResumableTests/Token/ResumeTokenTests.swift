@@ -114,6 +114,17 @@ struct ResumeTokenTests {
         #expect(error?.code == .tokenGone)
     }
 
+    @Test("A huge file is refused as a token without being read whole")
+    func hugeTokenFile() throws {
+        let directory = try TemporaryDirectory()
+        let file = directory.url.appendingPathComponent("huge.json")
+        #expect(FileManager.default.createFile(atPath: file.path, contents: nil))
+        try FileHandle(forWritingTo: file).truncate(atOffset: 64 << 20)
+        let error = #expect(throws: ResumableError.self) { try ResumeToken(contentsOf: file) }
+        #expect(error?.code == .invalidToken)
+        #expect(error?.message.contains("too large") == true)
+    }
+
     @Test("Temporary file names are recognized only in the library's exact form")
     func temporaryFileNames() {
         let name = TemporaryFileName.make()
