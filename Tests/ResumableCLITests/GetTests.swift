@@ -84,6 +84,20 @@ struct GetTests {
         #expect(scratch.contents() == ["file.bin"])
     }
 
+    @Test(
+        "--transport chooses how bytes move, and the result says which one did", arguments: ["libcurl", "urlsession"])
+    func transportOption(name: String) async throws {
+        let served = try ServedFile()
+        let scratch = try ScratchDirectory()
+        let result = try await CLIProcess.run(["get", served.url, "--json", "--transport", name], in: scratch.url)
+        #expect(result.exitCode == 0, "\(result)")
+        let object = try jsonObject(result.stdout)
+        #expect((object["transport"] as? String)?.lowercased() == name)
+        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        let wrong = try await CLIProcess.run(["get", served.url, "--transport", "carrier-pigeon"], in: scratch.url)
+        #expect(wrong.exitCode == 64, "\(wrong)")
+    }
+
     @Test("--json prints one result object on stdout and only JSON event lines on stderr")
     func jsonOutput() async throws {
         let served = try ServedFile()

@@ -20,6 +20,10 @@ struct DownloadOptions: Sendable {
             "sha256", value: "hex",
             help: "The SHA-256 the finished file must have. On a mismatch the file is deleted, no token is kept, "
                 + "and the exit status is 1."),
+        .option(
+            "transport", value: "name",
+            help: "How bytes are moved: 'auto' (the default: libcurl when it loads, else URLSession), 'libcurl' "
+                + "or 'urlsession'."),
         .flag("overwrite", help: "Replace an existing file of the same name instead of choosing 'name (1).ext'."),
         .flag("quiet", short: "q", help: "No progress output. Errors and resume hints are still printed."),
         .flag(
@@ -37,6 +41,8 @@ struct DownloadOptions: Sendable {
     var sha256: String?
     /// `--overwrite`.
     var overwrite = false
+    /// `--transport`.
+    var transport: DownloadTask.Transport = .automatic
     /// How to report while running.
     var outputMode: OutputMode = .silent
 
@@ -64,6 +70,13 @@ struct DownloadOptions: Sendable {
             }
             sha256 = hex.lowercased()
         }
+        switch parsed.value("transport")?.lowercased() {
+        case nil, "auto", "automatic": transport = .automatic
+        case "libcurl", "curl": transport = .libcurl
+        case "urlsession": transport = .urlSession
+        case let other?:
+            throw UsageError("option '--transport' takes 'auto', 'libcurl' or 'urlsession', not '\(other)'")
+        }
         overwrite = parsed.flag("overwrite")
         outputMode = OutputMode.choose(json: parsed.flag("json"), quiet: parsed.flag("quiet"))
     }
@@ -86,6 +99,7 @@ struct DownloadOptions: Sendable {
             expectedSHA256: sha256,
             computesSHA256: outputMode.isJSON
         )
+        configuration.transport = transport
         if let retries {
             configuration.retry = DownloadTask.RetryPolicy(maximumRetries: retries)
         }

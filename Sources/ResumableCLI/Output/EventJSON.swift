@@ -80,6 +80,7 @@ enum EventJSON {
             ("url", .string(result.url.absoluteString)),
             ("etag", .string(result.etag)),
             ("lastModified", .string(result.lastModified)),
+            ("transport", .string(result.transport.description)),
             ("exitCode", .int(0)),
         ])
     }

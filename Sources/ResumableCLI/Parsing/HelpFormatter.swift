@@ -64,7 +64,8 @@ enum HelpFormatter {
     }
 
     private static func wrap(_ text: String, indent: Int) -> String {
-        let lines = wrapWords(text, width: width)
+        // Continuation lines are indented, so every line is wrapped short enough to stay within `width`.
+        let lines = wrapWords(text, width: width - indent)
         guard let first = lines.first else { return text }
         return ([first] + lines.dropFirst().map { String(repeating: " ", count: indent) + $0 })
             .joined(separator: "\n")
