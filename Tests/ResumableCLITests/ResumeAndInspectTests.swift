@@ -146,6 +146,7 @@ struct ResumeAndInspectTests {
         try FileManager.default.removeItem(atPath: partial.token.tempPath)
         let result = try await CLIProcess.run(["resume", partial.tokenURL.path], in: partial.scratch.url)
         #expect(result.exitCode == 0, "\(result)")
+        #expect(result.stderr.contains("missing or empty"), "a clear note says why it starts over: \(result.stderr)")
         #expect(try Data(contentsOf: partial.scratch.file("file.bin")) == partial.served.bytes)
         #expect(partial.scratch.contents() == ["file.bin"])
     }

@@ -169,6 +169,10 @@ final class ProgressRenderer: Sendable {
         case .restarted(let reason):
             return "Restarting from the beginning: \(reason)"
         case .reconciled(let tokenOffset, let bytesOnDisk):
+            if bytesOnDisk == 0 {
+                return "The partial file is missing or empty (the token said \(tokenOffset) bytes): starting again "
+                    + "from the beginning"
+            }
             return
                 "The partial file holds \(bytesOnDisk) bytes, the token said \(tokenOffset); continuing from \(bytesOnDisk)"
         case .retrying(let attempt, let delay, let error):
