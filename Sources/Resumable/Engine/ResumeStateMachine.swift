@@ -284,7 +284,7 @@ struct ResumeStateMachine: Sendable {
             return restartOrFail(.representationChanged, current)
         }
         if let declared = head.value("Content-Length") {
-            guard let length = Int64(exactly: declared), length == last - first + 1 else {
+            guard let length = Self.decimal(declared), length == last - first + 1 else {
                 return restartOrFail(.unjoinablePartial("Content-Length \(declared) disagrees with \(header)"), current)
             }
         }
@@ -320,7 +320,7 @@ struct ResumeStateMachine: Sendable {
         let encoding = Self.contentEncoding(head)
         var length: Int64?
         if encoding == nil, let declared = head.value("Content-Length") {
-            guard let parsed = Int64(exactly: declared), parsed >= 0 else {
+            guard let parsed = Self.decimal(declared) else {
                 let error = ResumableError(.protocolViolation, "malformed Content-Length \(declared.debugDescription)")
                 return .skipBody(.fail(error))
             }
@@ -497,23 +497,18 @@ struct ResumeStateMachine: Sendable {
     }
 
     static func reason(_ status: Int) -> String {
-        HTTPURLResponseReason.phrase(for: status)
+        ReasonPhrase.for(status)
     }
-}
 
-private extension Int64 {
-    /// Parses a decimal header value strictly: digits only, no sign, no overflow.
-    init?(exactly text: String) {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard !trimmed.isEmpty, trimmed.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let value = Int64(trimmed)
-        else { return nil }
-        self = value
+    /// A decimal header value such as `Content-Length`: digits only (no sign), no overflow.
+    private static func decimal(_ value: String) -> Int64? {
+        HTTPSyntax.parseDigits(HTTPSyntax.trimmedBytes(value))
     }
 }
 
 /// Reason phrases for the statuses a download meets.
-enum HTTPURLResponseReason {
-    static func phrase(for status: Int) -> String {
+enum ReasonPhrase {
+    static func `for`(_ status: Int) -> String {
         switch status {
         case 400: return "Bad Request"
         case 401: return "Unauthorized"

@@ -108,6 +108,34 @@ struct FileNamingTests {
         #expect(refused.resumeToken?.offset == 10)
     }
 
+    @Test(
+        "A temporary directory on another file system: the finished file is copied beside the destination, then linked",
+        arguments: [DownloadTask.ExistingFilePolicy.chooseFreeName, .overwrite]
+    )
+    func acrossFileSystems(policy: DownloadTask.ExistingFilePolicy) async throws {
+        let shm = URL(fileURLWithPath: "/dev/shm", isDirectory: true)
+        guard FileManager.default.fileExists(atPath: shm.path) else {
+            print("⚠️ no /dev/shm: the cross-file-system finish was not tested")
+            return
+        }
+        let temporary = shm.appendingPathComponent("resumable-tests-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: temporary) }
+        let fixture = try DownloadFixture()
+        let content = testBytes(count: 3_000_000)
+        fixture.serve(.bytes(content))
+        var configuration = DownloadFixture.configuration(existingFile: policy)
+        configuration.temporaryDirectory = temporary
+        let result = try await fixture.download(configuration: configuration).value
+        #expect(
+            result.fileURL.deletingLastPathComponent().standardizedFileURL == fixture.directory.url.standardizedFileURL)
+        #expect(try fixture.contents(of: result.fileURL) == content)
+        #expect(fixture.directory.contents() == ["file.bin"], "no copy is left beside the destination")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: temporary.path).isEmpty,
+            "nor in the temporary directory")
+    }
+
     @Test("An exact file destination is honoured, and the temporary file sits next to it", arguments: TransportKind.all)
     func exactFileDestination(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
