@@ -6,7 +6,6 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Resumable", targets: ["Resumable"]),
-        .library(name: "LoopbackServer", targets: ["LoopbackServer"]),
         .executable(name: "resumable", targets: ["ResumableCLI"]),
     ],
     targets: [

@@ -1,11 +1,36 @@
-import Foundation
-
 /// Request headers that carry credentials: never stored in a token, never sent to another origin.
+///
+/// The rule, on the lowercased name: a header is sensitive when its name contains one of ``fragments``
+/// (`auth`, `cookie`, `credential`, `csrf`, `jwt`, `key`, `passphrase`, `passwd`, `password`, `secret`,
+/// `session`, `signature`, `token`, `xsrf`), is one of ``names`` (`dpop`), or is one of the extra names a
+/// configuration adds (``DownloadTask/Configuration/sensitiveHeaderNames``, compared case-insensitively).
+///
+/// The fragments err on the side of caution: `Authorization`, `Proxy-Authorization`, `Cookie`, `X-Api-Key`,
+/// `X-Auth-Token`, `X-Amz-Security-Token`, `X-Goog-Api-Key`, `Ocp-Apim-Subscription-Key`, `X-CSRF-Token`,
+/// `X-Session-Id` and `X-Amz-Server-Side-Encryption-Customer-Key` all match. A header wrongly taken for a
+/// credential only costs a resume that no longer sends it; a credential taken for an ordinary header would be
+/// written to disk and sent to whichever host a redirect names.
 enum SensitiveHeaders {
-    static let names: Set<String> = ["authorization", "cookie", "proxy-authorization"]
+    /// Substrings of a lowercased name that make it sensitive.
+    static let fragments: [String] = [
+        "auth", "cookie", "credential", "csrf", "jwt", "key", "passphrase", "passwd", "password", "secret",
+        "session", "signature", "token", "xsrf",
+    ]
+    /// Lowercased names that are sensitive although they contain no fragment.
+    static let names: Set<String> = ["dpop"]
 
+    /// Whether `name` is a credential header by the default rule.
     static func contains(_ name: String) -> Bool {
-        names.contains(name.lowercased())
+        let lowercased = name.lowercased()
+        return names.contains(lowercased) || fragments.contains { lowercased.contains($0) }
+    }
+
+    /// Whether `name` is a credential header by the default rule or is one of `extra` (case-insensitive).
+    static func contains(_ name: String, extra: Set<String>) -> Bool {
+        if contains(name) { return true }
+        guard !extra.isEmpty else { return false }
+        let lowercased = name.lowercased()
+        return extra.contains { $0.lowercased() == lowercased }
     }
 }
 

@@ -109,7 +109,8 @@ extension ResumeToken: Codable {
                 throw ResumableError.invalidToken(field: "headers", "holds an invalid header \(name.debugDescription)")
             }
             guard !SensitiveHeaders.contains(name) else {
-                throw ResumableError.invalidToken(field: "headers", "must never hold \(name)")
+                throw ResumableError.invalidToken(
+                    field: "headers", "must never hold \(name), a credential header (see docs/resume-token.md)")
             }
         }
         self.headers = headers
@@ -139,6 +140,11 @@ extension ResumeToken: Codable {
     private static func decodeHTTPURL(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws -> URL
     {
         let string = try container.decode(String.self, forKey: key)
+        // Checked on the text first, so that the error never repeats the credential.
+        if HTTPURL.userInfoRange(in: string) != nil || URL(string: string).map(HTTPURL.hasUserInfo) == true {
+            throw ResumableError.invalidToken(
+                field: key.rawValue, "holds a user name or password ('user:password@'), which a token never stores")
+        }
         guard let url = URL(string: string), HTTPURL.isSupported(url) else {
             throw ResumableError.invalidToken(
                 field: key.rawValue, "is not an http or https URL: \(string.debugDescription)")
@@ -175,22 +181,5 @@ extension ResumeToken: Codable {
                 field: key.rawValue, "is not an ISO 8601 date: \(string.debugDescription)")
         }
         return date
-    }
-}
-
-/// ISO 8601 dates with millisecond precision, as the token format writes them.
-enum ISO8601 {
-    static func format(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: date)
-    }
-
-    static func parse(_ string: String) -> Date? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: string) { return date }
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.date(from: string)
     }
 }

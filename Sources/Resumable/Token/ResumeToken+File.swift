@@ -9,35 +9,72 @@ import Foundation
 extension ResumeToken {
     /// Reads and validates a token from a JSON file.
     ///
+    /// The file is opened (a symbolic link given as the token file is followed), then checked on the open
+    /// descriptor: it must be a regular file of at most 1 MiB, and at most that much plus one byte is ever
+    /// read, so a FIFO, a device or a file that grows meanwhile is refused without being read whole.
+    ///
     /// - Throws: ``ResumableError`` with code ``ResumableError/Code/tokenGone`` when the file does not exist
     ///   (the download finished, or the token was discarded), or ``ResumableError/Code/invalidToken``.
     public init(contentsOf file: URL) throws(ResumableError) {
-        let data: Data
-        do {
-            let size = try FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int ?? 0
-            guard size <= Self.maximumFileSize else {
-                throw ResumableError(
-                    .invalidToken,
-                    "'\(file.path)' is \(size) bytes, too large to be a resume token (at most \(Self.maximumFileSize))"
-                )
-            }
-            data = try Data(contentsOf: file)
-        } catch let error as ResumableError {
-            throw error
-        } catch {
-            if !FileManager.default.fileExists(atPath: file.path) {
-                throw ResumableError(
-                    .tokenGone,
-                    "no resume token at '\(file.path)': the download already finished, or the token is gone"
-                )
-            }
-            throw ResumableError(.invalidToken, "cannot read the resume token at '\(file.path)'", underlying: error)
-        }
-        try self.init(jsonData: data)
+        try self.init(jsonData: Self.readTokenFile(at: file.path))
     }
 
     /// The largest token file read; real tokens are well under a kilobyte.
     static let maximumFileSize = 1 << 20
+
+    /// The bytes of the token file at `path`, read as ``init(contentsOf:)`` describes.
+    private static func readTokenFile(at path: String) throws(ResumableError) -> Data {
+        // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. It changes nothing for the
+        // regular files that get past the check below.
+        var descriptor: Int32
+        repeat {
+            descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        } while descriptor < 0 && errno == EINTR
+        guard descriptor >= 0 else {
+            let code = errno
+            if code == ENOENT || code == ENOTDIR {
+                throw ResumableError(
+                    .tokenGone, "no resume token at '\(path)': the download already finished, or the token is gone")
+            }
+            throw ResumableError(
+                .invalidToken, "cannot read the resume token at '\(path)': \(String(cString: strerror(code)))",
+                underlying: POSIXErrorCode(rawValue: code).map { POSIXError($0) })
+        }
+        defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            throw ResumableError(
+                .invalidToken, "cannot read the resume token at '\(path)': \(String(cString: strerror(errno)))")
+        }
+        guard (status.st_mode & S_IFMT) == S_IFREG else {
+            throw ResumableError(.invalidToken, "'\(path)' is not a regular file, so it cannot be a resume token")
+        }
+        guard status.st_size <= maximumFileSize else {
+            throw ResumableError(
+                .invalidToken,
+                "'\(path)' is \(status.st_size) bytes, too large to be a resume token (at most \(maximumFileSize))"
+            )
+        }
+        // At most one byte more than the cap: reading it means the file grew past the cap after the check.
+        var data = Data()
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while data.count <= maximumFileSize {
+            let wanted = min(chunk.count, maximumFileSize + 1 - data.count)
+            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, wanted) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw ResumableError(
+                    .invalidToken, "cannot read the resume token at '\(path)': \(String(cString: strerror(errno)))")
+            }
+            if count == 0 { break }
+            data.append(contentsOf: chunk[0..<count])
+        }
+        guard data.count <= maximumFileSize else {
+            throw ResumableError(
+                .invalidToken, "'\(path)' is more than \(maximumFileSize) bytes, too large to be a resume token")
+        }
+        return data
+    }
 
     /// Writes the token to `file` atomically: a sibling is written and flushed, renamed over `file`, and
     /// the directory is flushed, so a crash leaves either the old token or the new one, never a torn one.
@@ -47,12 +84,33 @@ extension ResumeToken {
 }
 
 /// Crash-safe replacement of small files.
+///
+/// Files are created with mode `0600` (less when the umask asks for less): a token may hold a signed URL, which
+/// is as good as a password until it expires. Replacing a file never widens its mode: one that was `0400`
+/// stays `0400`.
 enum AtomicFile {
+    /// The mode a file written over `path` gets: `0600`, narrowed to the permissions of the regular file already
+    /// at `path`, if any.
+    static func permissions(replacing path: String) -> Int {
+        var status = stat()
+        guard lstat(path, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else { return 0o600 }
+        return 0o600 & Int(status.st_mode & 0o777)
+    }
+
     static func write(_ data: Data, to path: String) throws(ResumableError) {
         let directory = (path as NSString).deletingLastPathComponent
         // One fixed sibling name: a writer killed half way leaves it behind, and the next write replaces it.
         let sibling = path + ".writing"
-        let descriptor = open(sibling, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        // Always a fresh sibling, so that it gets the mode below whatever a killed writer left behind (a file of
+        // another mode, or a hard link to another file, is never reused or truncated).
+        // Another process writing the same token may create it in between: a few tries, then report it.
+        let mode = mode_t(permissions(replacing: path))
+        var descriptor: Int32 = -1
+        for _ in 0..<3 {
+            unlink(sibling)
+            descriptor = open(sibling, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+            if descriptor >= 0 || (errno != EEXIST && errno != EINTR) { break }
+        }
         guard descriptor >= 0 else { throw .fileSystem("creating", path: sibling, errno: errno) }
         var failure: ResumableError?
         data.withUnsafeBytes { buffer in
@@ -79,6 +137,7 @@ enum AtomicFile {
             unlink(sibling)
             throw failure
         }
+        DurableSteps.record(.tokenWrite, path)
         let directoryDescriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if directoryDescriptor >= 0 {
             fsync(directoryDescriptor)

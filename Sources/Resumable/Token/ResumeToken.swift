@@ -17,8 +17,11 @@ public struct ResumeToken: Sendable, Hashable {
     /// The format version of this token.
     public let version: Int
     /// The URL to resume from: the final URL of the last request, after redirects.
+    ///
+    /// Never holds a user name or password (`user:password@`): they are removed when a token is made, and a
+    /// decoded token that has them is rejected.
     public let url: URL
-    /// The URL the download was started with.
+    /// The URL the download was started with, without user name or password, like ``url``.
     public let originalURL: URL
     /// How many bytes are safely in the temporary file; the resume asks for `bytes=offset-`.
     public let offset: Int64
@@ -45,7 +48,10 @@ public struct ResumeToken: Sendable, Hashable {
     public let destination: String?
     /// Request headers that were safe to store and are sent again on resume.
     ///
-    /// `Authorization`, `Cookie` and `Proxy-Authorization` are never stored.
+    /// Credential headers are never stored: `Authorization`, `Cookie`, `Proxy-Authorization`, any name containing
+    /// `auth`, `cookie`, `credential`, `csrf`, `jwt`, `key`, `passphrase`, `passwd`, `password`, `secret`,
+    /// `session`, `signature`, `token` or `xsrf` (case-insensitive; `X-Api-Key`, `X-Amz-Security-Token`, …),
+    /// `DPoP`, and the names in ``DownloadTask/Configuration/sensitiveHeaderNames``.
     public let headers: [String: String]
     /// When the download started.
     public let createdAt: Date
@@ -65,12 +71,14 @@ public struct ResumeToken: Sendable, Hashable {
         suggestedFilename: String,
         destination: String?,
         headers: [String: String],
+        extraSensitive: Set<String> = [],
         createdAt: Date,
         updatedAt: Date
     ) {
         self.version = Self.currentVersion
-        self.url = url
-        self.originalURL = originalURL
+        // Credentials never reach a token: not in the URLs, not in the headers.
+        self.url = HTTPURL.removingUserInfo(url)
+        self.originalURL = HTTPURL.removingUserInfo(originalURL)
         self.offset = offset
         self.expectedLength = expectedLength
         self.etag = etag
@@ -80,7 +88,7 @@ public struct ResumeToken: Sendable, Hashable {
         self.tempPath = tempPath
         self.suggestedFilename = suggestedFilename
         self.destination = destination
-        self.headers = headers.filter { !SensitiveHeaders.contains($0.key) }
+        self.headers = headers.filter { !SensitiveHeaders.contains($0.key, extra: extraSensitive) }
         self.createdAt = createdAt.truncatedToMilliseconds
         self.updatedAt = updatedAt.truncatedToMilliseconds
     }

@@ -64,7 +64,7 @@ struct DemoCommand: CLICommand {
 
         let source = served.appendingPathComponent("demo.bin")
         try Data(Resource.generatedBytes(seed: Self.seed, range: 0..<Self.size)).write(to: source)
-        let sourceHash = try SHA256.hex(ofFileAt: source)
+        let sourceHash = try PortableSHA256.hex(ofFileAt: source)
         Console.out("1. Created \(ByteFormat.size(Self.size)) of pseudo-random bytes: \(source.path)")
         Console.out("   SHA-256 \(sourceHash)")
 
@@ -97,7 +97,7 @@ struct DemoCommand: CLICommand {
         let result = try ChildResult(json: child.standardOutput)
         Console.out("   It resumed at byte \(result.resumedFrom) and transferred \(result.bytesTransferred) bytes.")
 
-        let finalHash = try SHA256.hex(ofFileAt: URL(fileURLWithPath: result.path))
+        let finalHash = try PortableSHA256.hex(ofFileAt: URL(fileURLWithPath: result.path))
         Console.out("6. Verifying \(result.path)")
         Console.out("   Bytes before the pause:  \(token.offset)")
         Console.out("   Resumed at offset:       \(result.resumedFrom)")

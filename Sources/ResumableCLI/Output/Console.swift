@@ -10,18 +10,25 @@ import Foundation
 ///
 /// Everything the tool prints goes through here with `write(2)`, so output reaches a pipe at once (tests and
 /// scripts read it while the process runs) and nothing is lost when the process ends with `exit`.
+///
+/// Standard error is for people, and its messages quote servers and tokens (`error: …` lines carry reason
+/// phrases, header values and paths): ``err(_:)`` escapes control characters other than line feed and tab
+/// (``TerminalText``). Standard output carries results that scripts use as they are (the finished file's path,
+/// JSON, which is escaped already); commands escape what they print there for people, as `inspect` does.
 enum Console {
     /// Writes `text` followed by a newline to standard output.
     static func out(_ text: String) {
         write(text + "\n", to: STDOUT_FILENO)
     }
 
-    /// Writes `text` followed by a newline to standard error.
+    /// Writes `text` followed by a newline to standard error, control characters escaped except line feeds and
+    /// tabs.
     static func err(_ text: String) {
-        write(text + "\n", to: STDERR_FILENO)
+        write(TerminalText.escaped(text, keepingLineBreaks: true) + "\n", to: STDERR_FILENO)
     }
 
-    /// Writes `text` as is (no newline) to standard error.
+    /// Writes `text` as is (no newline) to standard error: only for the tool's own terminal sequences (the
+    /// progress bar), never for text from outside.
     static func errRaw(_ text: String) {
         write(text, to: STDERR_FILENO)
     }

@@ -61,7 +61,14 @@ enum JSONValue: Sendable {
             }
             output += "}"
         case .raw(let text):
-            output += text
+            // Valid JSON holds such characters only inside strings, where the escape means the same.
+            for scalar in text.unicodeScalars {
+                if TerminalText.needsEscape(scalar, keepingLineBreaks: true) {
+                    output += String(format: "\\u%04x", scalar.value)
+                } else {
+                    output.unicodeScalars.append(scalar)
+                }
+            }
         }
     }
 
@@ -74,7 +81,9 @@ enum JSONValue: Sendable {
             case "\n": output += "\\n"
             case "\r": output += "\\r"
             case "\t": output += "\\t"
-            case _ where scalar.value < 0x20:
+            case _ where TerminalText.needsEscape(scalar):
+                // Controls must be escaped (RFC 8259 §7); DEL, C1 controls and bidirectional overrides are too, so
+                // that JSON printed on a terminal cannot carry terminal control sequences either.
                 output += String(format: "\\u%04x", scalar.value)
             default:
                 output.unicodeScalars.append(scalar)

@@ -5,9 +5,11 @@
 //                         [--checkpoint-ms N] [--slow-writer BYTES_PER_SECOND]
 //
 // The file goes into DIRECTORY and is deleted afterwards; with --checkpoint-ms a token is checkpointed to
-// DIRECTORY/bench.token.json every N ms, as `resumable get` does every second.
+// DIRECTORY/bench.token.json every N ms, as `resumable get` does every second. --slow-writer sets the
+// library's benchmark-only environment variable RESUMABLE_BENCHMARK_WRITER_BYTES_PER_SECOND, which makes the
+// transport's thread sleep after each write, as a slow disk would.
 import Foundation
-@_spi(Benchmarking) import Resumable
+import Resumable
 
 @MainActor func option(_ name: String, in arguments: inout [String]) -> String? {
     guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
@@ -23,6 +25,10 @@ guard arguments.count == 2, let url = URL(string: arguments[0]) else {
     exit(2)
 }
 let directory = URL(fileURLWithPath: arguments[1], isDirectory: true)
+if let slowWriter {
+    // Read by the library when a configuration is created, so it must be set before the first one.
+    setenv("RESUMABLE_BENCHMARK_WRITER_BYTES_PER_SECOND", String(slowWriter), 1)
+}
 
 var configuration = DownloadTask.Configuration(existingFile: .overwrite)
 switch transportName {
@@ -36,7 +42,6 @@ if let checkpointMilliseconds {
         interval: .milliseconds(checkpointMilliseconds)
     )
 }
-configuration.simulatedWriterBytesPerSecond = slowWriter
 
 let clock = ContinuousClock()
 let start = clock.now

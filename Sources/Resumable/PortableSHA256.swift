@@ -1,30 +1,32 @@
 import CResumable
 import Foundation
 
-/// SHA-256 digests (FIPS 180-4), incrementally or of a whole file.
+/// SHA-256 digests (FIPS 180-4), incrementally or of a whole file, with the package's own C implementation.
 ///
-/// Used to verify a finished download before it is moved into place (``DownloadTask/Configuration/expectedSHA256``).
-public struct SHA256: Sendable {
+/// Used to verify a finished download before it is moved into place (``DownloadTask/Configuration/expectedSHA256``),
+/// and by the command-line tool and the tests. Not public API: the name must not shadow CryptoKit's `SHA256` in
+/// code that imports both, and apps have better SHA-256 implementations at hand.
+package struct PortableSHA256: Sendable {
     private var context = cresumable_sha256_context()
 
     /// A fresh digest.
-    public init() {
+    package init() {
         cresumable_sha256_init(&context)
     }
 
     /// Adds `bytes` to the digest.
-    public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+    package mutating func update(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress else { return }
         cresumable_sha256_update(&context, base, bytes.count)
     }
 
     /// Adds `bytes` to the digest.
-    public mutating func update(_ bytes: some ContiguousBytes) {
+    package mutating func update(_ bytes: some ContiguousBytes) {
         bytes.withUnsafeBytes { update($0) }
     }
 
     /// The digest of everything added, as lowercase hex. The value itself is not changed.
-    public func hexDigest() -> String {
+    package func hexDigest() -> String {
         var copy = context
         var digest = [UInt8](repeating: 0, count: 32)
         cresumable_sha256_final(&copy, &digest)
@@ -32,7 +34,7 @@ public struct SHA256: Sendable {
     }
 
     /// The lowercase hex SHA-256 of the file at `url`.
-    public static func hex(ofFileAt url: URL) throws(ResumableError) -> String {
+    package static func hex(ofFileAt url: URL) throws(ResumableError) -> String {
         let descriptor = open(url.path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw .fileSystem("opening", path: url.path, errno: errno) }
         defer { close(descriptor) }
@@ -40,7 +42,7 @@ public struct SHA256: Sendable {
     }
 
     static func hex(ofDescriptor descriptor: Int32, path: String) throws(ResumableError) -> String {
-        var digest = SHA256()
+        var digest = PortableSHA256()
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buffer.deallocate() }
         var offset: off_t = 0

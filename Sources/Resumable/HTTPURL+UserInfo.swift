@@ -1,0 +1,40 @@
+import Foundation
+
+extension HTTPURL {
+    /// The range of the user information in an absolute URL string: everything from just after `://` up to and
+    /// including the last `@` before the path, query or fragment; `nil` when there is none.
+    ///
+    /// The last `@` is taken, as WHATWG URL parsers do, so that nothing of a malformed `a@b@host` survives.
+    static func userInfoRange(in string: String) -> Range<String.Index>? {
+        guard let separator = string.range(of: "://") else { return nil }
+        let authority = string[separator.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        guard let at = authority.lastIndex(of: "@") else { return nil }
+        return authority.startIndex..<string.index(after: at)
+    }
+
+    /// Whether `url` carries a user name or password (`user:password@host`), even an empty one.
+    static func hasUserInfo(_ url: URL) -> Bool {
+        userInfoRange(in: url.absoluteString) != nil || url.user != nil || url.password != nil
+    }
+
+    /// `url` without its user information: `https://user:secret@host/a` becomes `https://host/a`.
+    static func removingUserInfo(_ url: URL) -> URL {
+        let string = url.absoluteString
+        if let range = userInfoRange(in: string) {
+            var stripped = string
+            stripped.removeSubrange(range)
+            if let strippedURL = URL(string: stripped), !hasUserInfo(strippedURL) { return strippedURL }
+        }
+        guard hasUserInfo(url) else { return url }
+        // Not reached for URLs Foundation parsed; kept so that a credential can never survive.
+        var components = URLComponents(url: url, resolvingAgainstBaseURL: true)
+        components?.user = nil
+        components?.password = nil
+        if let strippedURL = components?.url, !hasUserInfo(strippedURL) { return strippedURL }
+        return placeholder
+    }
+
+    /// What a URL whose user information cannot be removed is replaced with: a host that never resolves
+    /// (RFC 6761 §6.4), so a resume fails instead of carrying the credential.
+    private static let placeholder = URL(string: "http://invalid.invalid/")!
+}
