@@ -15,3 +15,20 @@ int cresumable_start_writeback(int descriptor, int64_t offset, int64_t count) {
 #endif
     return 0;
 }
+
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int cresumable_rename_noreplace(const char *from, const char *to) {
+#if defined(__linux__) && defined(SYS_renameat2)
+    // RENAME_NOREPLACE (1): fails with EEXIST instead of replacing. Called through syscall(2) so that an
+    // older C library without a renameat2 wrapper still builds.
+    if (syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, 1) != 0) return errno;
+    return 0;
+#else
+    (void)from;
+    (void)to;
+    return ENOSYS;
+#endif
+}

@@ -94,32 +94,45 @@ extension DownloadTask {
         public static let none = RetryPolicy(maximumRetries: 0)
 
         /// The delay before retry number `attempt` (1-based).
+        ///
+        /// Total for any policy and any input: negative durations count as zero, and the result is never more than
+        /// `maximumDelay` nor than 10^9 s (about 31.7 years), so doubling cannot overflow `Duration` and
+        /// `Task.sleep(for:)` (which traps on a deadline beyond `Int64.max` seconds) can always take it.
         func delay(attempt: Int, serverAsked: Duration?) -> Duration {
-            if let serverAsked { return min(serverAsked, maximumDelay) }
-            var delay = initialDelay
+            let ceiling = min(max(maximumDelay, .zero), .seconds(1_000_000_000))
+            if let serverAsked { return min(max(serverAsked, .zero), ceiling) }
+            var delay = min(max(initialDelay, .zero), ceiling)
+            guard delay > .zero else { return .zero }
             for _ in 1..<max(attempt, 1) {
+                // `delay * 2 >= ceiling`, asked without computing a product that could overflow.
+                if delay >= ceiling - delay { return ceiling }
                 delay *= 2
-                if delay >= maximumDelay { return maximumDelay }
             }
-            return min(delay, maximumDelay)
+            return delay
         }
     }
 
-    /// Periodic saving of the token while data arrives, so a crash loses at most one interval.
+    /// Saving the token while the download runs, so a crash loses at most one interval.
+    ///
+    /// The handler is where tokens reach the disk, and the download trusts it: a token is handed over only
+    /// after the bytes it covers were flushed, and when the handler throws, the download stops with that
+    /// error (it never continues unrecorded; the token written before still describes the file).
     public struct Checkpointing: Sendable {
         /// How often a checkpoint is taken while bytes arrive.
         public var interval: Duration
-        /// Receives each checkpoint. Called only after the bytes the token covers were flushed to disk: once as
-        /// soon as a response is accepted (the offset may be 0 then), and every ``interval`` while data arrives.
-        public var handler: @Sendable (ResumeToken) -> Void
+        /// Receives each token, in order, one at a time. Throw when it could not be saved.
+        ///
+        /// Called as soon as a response is accepted (the offset may be 0 then), every ``interval`` while
+        /// data arrives, at once when a restart switches to a new temporary file (before the old one is
+        /// removed), once more before the finished file is moved into place, and when the task pauses or
+        /// fails with a token. Never called after the task's result is available.
+        public var handler: @Sendable (ResumeToken) throws -> Void
 
         /// Called once when the download finished and its file is in place.
         var finished: (@Sendable () -> Void)?
 
-        /// Calls `handler` with a fresh token every `interval` while data arrives.
-        ///
-        /// The handler is never called after the task's result is available.
-        public init(interval: Duration = .seconds(1), handler: @escaping @Sendable (ResumeToken) -> Void) {
+        /// Calls `handler` with a fresh token as described on ``handler``.
+        public init(interval: Duration = .seconds(1), handler: @escaping @Sendable (ResumeToken) throws -> Void) {
             self.interval = interval
             self.handler = handler
         }
@@ -128,7 +141,7 @@ extension DownloadTask {
         /// removes `file` when the download finished, so no stale token outlives its download.
         public static func file(_ file: URL, interval: Duration = .seconds(1)) -> Checkpointing {
             var checkpointing = Checkpointing(interval: interval) { token in
-                try? token.write(to: file)
+                try token.write(to: file)
             }
             checkpointing.finished = { try? FileManager.default.removeItem(at: file) }
             return checkpointing
@@ -218,10 +231,16 @@ extension DownloadTask {
 
     /// How a download behaves.
     public struct Configuration: Sendable {
-        /// Extra request headers. `Authorization`, `Cookie` and `Proxy-Authorization` are sent to the
-        /// original origin only and never stored in a token; `Range`, `If-Range` and `Accept-Encoding` are
-        /// the library's own and are ignored here.
+        /// Extra request headers. Credential headers are sent to the original origin only and never stored in
+        /// a token: `Authorization`, `Cookie`, `Proxy-Authorization`, any name containing `auth`, `cookie`,
+        /// `credential`, `csrf`, `jwt`, `key`, `passphrase`, `passwd`, `password`, `secret`, `session`,
+        /// `signature`, `token` or `xsrf` (case-insensitive, so `X-Api-Key` and `X-Amz-Security-Token` too),
+        /// `DPoP`, and the names in ``sensitiveHeaderNames``. `Range`, `If-Range` and `Accept-Encoding` are the
+        /// library's own and are ignored here.
         public var headers: [String: String]
+        /// More header names to treat as credentials, compared case-insensitively: never stored in a token, never
+        /// sent to another origin. The built-in rule (see ``headers``) always applies as well.
+        public var sensitiveHeaderNames: Set<String>
         /// Where temporary files go; `nil` puts them next to the destination, so finishing is a rename.
         public var temporaryDirectory: URL?
         /// What to do when the finished file's name is taken.
@@ -247,13 +266,19 @@ extension DownloadTask {
         public var computesSHA256: Bool
         /// Which HTTP implementation moves the bytes; ``Transport/automatic`` (libcurl when it loads) by default.
         public var transport: Transport
-        /// Slows the writer to about this many bytes per second, to measure backpressure (benchmarks and
-        /// tests only): the transport's thread sleeps after each write, as it would behind a slow disk.
-        @_spi(Benchmarking) public var simulatedWriterBytesPerSecond: Int?
+        /// Slows the writer to about this many bytes per second, to measure backpressure (benchmarks only): the
+        /// transport's thread sleeps after each write, as it would behind a slow disk. Not API: it is read from
+        /// the environment variable `simulatedWriterEnvironmentVariable` when the configuration is created.
+        var simulatedWriterBytesPerSecond: Int?
+
+        /// `RESUMABLE_BENCHMARK_WRITER_BYTES_PER_SECOND`: set to a positive integer, it slows the writer of every
+        /// download configured afterwards (see `Benchmarks/TransportThroughput`).
+        static let simulatedWriterEnvironmentVariable = "RESUMABLE_BENCHMARK_WRITER_BYTES_PER_SECOND"
 
         /// Creates a configuration.
         public init(
             headers: [String: String] = [:],
+            sensitiveHeaderNames: Set<String> = [],
             temporaryDirectory: URL? = nil,
             existingFile: ExistingFilePolicy = .chooseFreeName,
             retry: RetryPolicy = .default,
@@ -268,6 +293,7 @@ extension DownloadTask {
             self.expectedSHA256 = expectedSHA256
             self.computesSHA256 = computesSHA256
             self.headers = headers
+            self.sensitiveHeaderNames = sensitiveHeaderNames
             self.temporaryDirectory = temporaryDirectory
             self.existingFile = existingFile
             self.retry = retry
@@ -276,6 +302,8 @@ extension DownloadTask {
             self.checkpointing = checkpointing
             self.progressInterval = progressInterval
             self.transport = transport
+            self.simulatedWriterBytesPerSecond = getenv(Self.simulatedWriterEnvironmentVariable)
+                .flatMap { Int(String(cString: $0)) }.flatMap { $0 > 0 ? $0 : nil }
         }
 
         /// The defaults: five retries, a 60 s idle timeout, at most 10 redirects, free names on collision.

@@ -46,33 +46,51 @@ public final class DownloadTask: Sendable {
         let headers = try Self.validatedHeaders(configuration.headers)
         let directory = configuration.temporaryDirectory?.standardizedFileURL.path ?? destination.directoryPath
         let file = try PartialFile.create(in: directory)
-        let machine = ResumeStateMachine(url: url, headers: headers, maximumRedirects: configuration.maximumRedirects)
+        let state = ResumeState(
+            url: url,
+            headers: headers,
+            sensitiveHeaderNames: configuration.sensitiveHeaderNames,
+            destination: destination,
+            tempPath: file.path,
+            createdAt: Date()
+        )
         self.init(
             engine: DownloadEngine(
-                machine: machine,
+                machine: ResumeStateMachine(state: state, maximumRedirects: configuration.maximumRedirects),
                 file: file,
-                destination: destination,
                 configuration: configuration,
-                createdAt: Date()
+                existingFile: configuration.existingFile
             )
         )
     }
 
     /// Continues a download from a token, possibly written by another process.
     ///
-    /// The temporary file is reconciled with the token first: the resume starts at the smaller of the
-    /// token's offset and the file's size, and bytes beyond the token's offset are cut off. The request is
-    /// `Range: bytes=N-` guarded by `If-Range`; an answer that cannot be joined restarts from byte 0.
+    /// A token is data from outside. Its temporary file is used only when it proves to be this user's own
+    /// download: it exists, has this library's naming, lies in the token's destination directory (or the
+    /// configured temporary directory, or `destination`'s directory), is a regular file with one link, and
+    /// belongs to this user. The token's own destination is honored only then; otherwise pass `destination`.
+    /// ``ExistingFilePolicy/overwrite`` never applies to a destination that only the token named (a free
+    /// name is chosen instead).
+    ///
+    /// The resume starts at the smaller of the token's offset and the file's size; bytes beyond the token's
+    /// offset are cut off. The request is `Range: bytes=N-` guarded by `If-Range`; an answer that cannot be
+    /// joined restarts from byte 0 in a new temporary file.
     ///
     /// - Parameters:
     ///   - token: The token from ``cancelProducingResumeData()`` or from a failure's ``ResumableError/resumeToken``.
+    ///   - destination: Where the finished file goes; `nil` keeps the token's destination, which requires the
+    ///     token's temporary file to be present and this user's.
     ///   - replacingURL: A new URL for the same content (signed URLs expire); the validators still guard it.
     ///   - configuration: Headers are merged with the token's (the configuration's win).
     /// - Throws: ``ResumableError/Code/tokenInUse`` at once when another task or process holds the temporary
     ///   file; ``ResumableError/Code/invalidToken`` when the token names a file this library must not touch;
-    ///   ``ResumableError/Code/invalidRequest`` when the configured transport cannot be loaded.
+    ///   ``ResumableError/Code/destinationRequired`` when the temporary file is gone and no `destination` was
+    ///   given; ``ResumableError/Code/tokenGone`` when the download already finished;
+    ///   ``ResumableError/Code/invalidRequest`` when a URL or header is invalid or the transport cannot be loaded.
     public static func resume(
         from token: ResumeToken,
+        destination: Destination? = nil,
         replacingURL: URL? = nil,
         configuration: Configuration = .default
     ) throws(ResumableError) -> DownloadTask {
@@ -81,38 +99,30 @@ public final class DownloadTask: Sendable {
         }
         var configuration = configuration
         configuration.transport = try configuration.transport.resolved()
-        let destination = Destination(tokenValue: token.destination, tempPath: token.tempPath)
-        try TokenPlacement.validate(
-            token, destination: destination, temporaryDirectory: configuration.temporaryDirectory)
-        let file: PartialFile
-        var reconciled = false
-        do throws(ResumableError) {
-            file = try PartialFile.openExisting(at: token.tempPath)
-        } catch  where error.code == .tokenGone {
-            // The bytes are gone but the token is sound: start again cleanly in the same place.
-            file = try PartialFile.create(in: (token.tempPath as NSString).deletingLastPathComponent)
-            reconciled = true
-        }
-        let bytesOnDisk = try file.size()
         var merged = token.headers
         for (name, value) in configuration.headers { merged[name] = value }
         let headers = try validatedHeaders(merged)
-        let machine = ResumeStateMachine(
+        let opened = try Reconciliation.open(
+            token, destination: destination, temporaryDirectory: configuration.temporaryDirectory)
+        let state = ResumeState(
             token: token,
-            bytesOnDisk: bytesOnDisk,
+            destination: opened.destination,
+            tempPath: opened.file.path,
+            bytesOnDisk: opened.bytesOnDisk,
             replacingURL: replacingURL,
             headers: headers,
-            maximumRedirects: configuration.maximumRedirects
+            sensitiveHeaderNames: configuration.sensitiveHeaderNames
         )
+        var existingFile = configuration.existingFile
+        if opened.destinationFromToken && existingFile == .overwrite { existingFile = .chooseFreeName }
         let engine = DownloadEngine(
-            machine: machine,
-            file: file,
-            destination: destination,
+            machine: ResumeStateMachine(state: state, maximumRedirects: configuration.maximumRedirects),
+            file: opened.file,
             configuration: configuration,
-            createdAt: token.createdAt
+            existingFile: existingFile
         )
-        if reconciled || bytesOnDisk < token.offset {
-            engine.events.send(.reconciled(tokenOffset: token.offset, bytesOnDisk: bytesOnDisk))
+        if opened.startedOver || opened.bytesOnDisk < token.offset {
+            engine.events.send(.reconciled(tokenOffset: token.offset, bytesOnDisk: state.offset))
         }
         return DownloadTask(engine: engine)
     }
@@ -158,9 +168,9 @@ public final class DownloadTask: Sendable {
 
     /// Stops the transfer, flushes what arrived, keeps the temporary file, and returns a token to resume.
     ///
-    /// Returns `nil` when resuming is impossible: nothing was written yet, or the server sent a
-    /// content-encoded body (its byte offsets cannot be trusted). The temporary file is removed then.
-    /// After the task finished, returns `nil` too.
+    /// Returns `nil` when resuming is impossible: nothing was written yet, the server sent a
+    /// content-encoded body (its byte offsets cannot be trusted), or the bytes could not be flushed to disk.
+    /// The temporary file is removed when nothing can be resumed. After the task finished, returns `nil` too.
     public func cancelProducingResumeData() async -> ResumeToken? {
         engine.requestStop(.pause)
         task.cancel()

@@ -16,6 +16,7 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
             case newerTokenVersion
             case tokenInUse
             case tokenGone
+            case destinationRequired
             case invalidRequest
             case httpStatus
             case network
@@ -41,6 +42,9 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
         public static let tokenInUse = Code(.tokenInUse)
         /// The token's download already finished, or its temporary file is gone.
         public static let tokenGone = Code(.tokenGone)
+        /// The token's temporary file is gone, so nothing proves the destination it names is the caller's:
+        /// pass a destination to resume.
+        public static let destinationRequired = Code(.destinationRequired)
         /// The URL, method or headers of the request cannot be used.
         public static let invalidRequest = Code(.invalidRequest)
         /// The server answered with an error status; see ``ResumableError/httpStatus``.

@@ -75,7 +75,8 @@ struct ResumeAndInspectTests {
         #expect(longer.stdout.contains("longer than the offset"))
         try FileManager.default.removeItem(atPath: partial.token.tempPath)
         let missing = try await CLIProcess.run(["inspect", "--json", partial.tokenURL.path], in: partial.scratch.url)
-        #expect(missing.exitCode == 0)
+        // As `resume TOKEN` would: without its temporary file the token's destination needs -o, so 65.
+        #expect(missing.exitCode == 65)
         #expect((try jsonObject(missing.stdout)["temporaryFile"] as? [String: Any])?["state"] as? String == "missing")
     }
 
@@ -140,14 +141,56 @@ struct ResumeAndInspectTests {
         #expect(try Data(contentsOf: partial.scratch.file("file.bin")) == served.bytes)
     }
 
-    @Test("resume of a token whose temporary file is gone starts over and still finishes")
+    @Test("resume of a token whose temporary file is gone needs -o; with it, it starts over and still finishes")
     func resumeWithoutTemporaryFile() async throws {
         let partial = try await PartialDownload()
         try FileManager.default.removeItem(atPath: partial.token.tempPath)
-        let result = try await CLIProcess.run(["resume", partial.tokenURL.path], in: partial.scratch.url)
+        let refused = try await CLIProcess.run(["resume", partial.tokenURL.path], in: partial.scratch.url)
+        #expect(refused.exitCode == 65, "\(refused)")
+        #expect(refused.stderr.contains("-o PATH"), "the message says what to do: \(refused.stderr)")
+        #expect(partial.scratch.contents() == [partial.tokenURL.lastPathComponent])
+        let result = try await CLIProcess.run(
+            ["resume", partial.tokenURL.path, "-o", partial.scratch.url.path + "/"], in: partial.scratch.url)
         #expect(result.exitCode == 0, "\(result)")
         #expect(result.stderr.contains("missing or empty"), "a clear note says why it starts over: \(result.stderr)")
         #expect(try Data(contentsOf: partial.scratch.file("file.bin")) == partial.served.bytes)
         #expect(partial.scratch.contents() == ["file.bin"])
+    }
+
+    @Test(
+        "inspect runs exactly the checks resume runs: it never calls consistent a token that resume refuses",
+        arguments: ["hard link", "misplaced", "in use", "finished"])
+    func inspectAgreesWithResume(situation: String) async throws {
+        let partial = try await PartialDownload()
+        var holder: FileHandle?
+        var expected: Int32 = 65
+        switch situation {
+        case "hard link":
+            #expect(link(partial.token.tempPath, partial.scratch.file("elsewhere").path) == 0)
+        case "misplaced":
+            let other = partial.scratch.file("other")
+            try FileManager.default.createDirectory(at: other, withIntermediateDirectories: true)
+            let moved = other.appendingPathComponent((partial.token.tempPath as NSString).lastPathComponent).path
+            try FileManager.default.moveItem(atPath: partial.token.tempPath, toPath: moved)
+            try partial.rewriteToken { $0["tempPath"] = moved }
+        case "in use":
+            let handle = try FileHandle(forUpdating: URL(fileURLWithPath: partial.token.tempPath))
+            #expect(flock(handle.fileDescriptor, LOCK_EX | LOCK_NB) == 0)
+            holder = handle
+            expected = 75
+        default:
+            // What a crash right after the finished file was moved leaves: a complete token, no temporary file.
+            try FileManager.default.removeItem(atPath: partial.token.tempPath)
+            try partial.rewriteToken { $0["offset"] = 262_144 }
+        }
+        let inspected = try await CLIProcess.run(["inspect", "--json", partial.tokenURL.path], in: partial.scratch.url)
+        let resumed = try await CLIProcess.run(["resume", partial.tokenURL.path, "-q"], in: partial.scratch.url)
+        #expect(inspected.exitCode == expected, "\(inspected)")
+        #expect(resumed.exitCode == expected, "\(resumed)")
+        let state = (try jsonObject(inspected.stdout)["temporaryFile"] as? [String: Any])?["state"] as? String
+        #expect(state == (situation == "finished" ? "finished" : "refused"))
+        #expect(!partial.scratch.contents().contains("file.bin"), "nothing was downloaded")
+        #expect(!partial.scratch.contents().contains("file (1).bin"))
+        try holder?.close()
     }
 }

@@ -22,4 +22,8 @@ void cresumable_sha256_final(cresumable_sha256_context *context, uint8_t digest[
 /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)` on Linux; nothing elsewhere). Returns 0 or an errno value.
 int cresumable_start_writeback(int descriptor, int64_t offset, int64_t count);
 
+/// Renames `from` to `to` unless `to` exists, atomically (`renameat2(RENAME_NOREPLACE)` on Linux). Returns 0 or
+/// an errno value: `EEXIST` when `to` exists; `EINVAL`/`ENOSYS` where the file system or kernel cannot.
+int cresumable_rename_noreplace(const char *from, const char *to);
+
 #endif

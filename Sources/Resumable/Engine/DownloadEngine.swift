@@ -1,8 +1,13 @@
 import Foundation
 import Synchronization
 
-/// Performs what ``ResumeStateMachine`` decides: sends requests through a transport, writes accepted
-/// bodies into the ``PartialFile``, retries transient failures, and moves the finished file into place.
+/// Performs what ``ResumeStateMachine`` decides: sends requests through a transport, starts new temporary
+/// files when bytes are dropped, writes accepted bodies, records tokens, retries transient failures, and
+/// moves the finished file into place. It owns the I/O and the threads; it decides nothing.
+///
+/// The order of steps on disk is the point (`docs/reliability.md`): a new version is written into a new
+/// temporary file, and the token is switched to it — durably — before the old file goes; a token is handed
+/// over only after the bytes it covers were flushed; a failed token write stops the download.
 final class DownloadEngine: Sendable {
     /// Why the engine was asked to stop.
     enum StopMode: Sendable {
@@ -12,51 +17,47 @@ final class DownloadEngine: Sendable {
         case discard
     }
 
-    private struct State {
+    struct State {
         var machine: ResumeStateMachine
+        /// The temporary file being written; replaced when the machine drops the bytes on disk.
+        var file: PartialFile
         var stop: StopMode?
         var headOutcome: ResumeStateMachine.Outcome?
-        var bytesTransferred: Int64 = 0
-        var transferStart: Int64 = 0
-        var lastProgressAt: ContinuousClock.Instant
-        var rateSampleAt: ContinuousClock.Instant
-        var rateSampleBytes: Int64 = 0
-        var bytesPerSecond: Double = 0
-        var lastCheckpointAt: ContinuousClock.Instant
-        var checkpointInFlight = false
+        var progress: ProgressMeter
         /// Where the next early writeback starts.
         var writebackStart: Int64 = 0
-        /// Set when the run loop ended: late transport callbacks and checkpoints are refused.
+        /// Set when the run loop ended: late transport callbacks are refused.
         var ended = false
+        /// The token the task ended with, once flushed.
+        var finalToken: ResumeToken?
     }
 
-    let file: PartialFile
-    let destination: DownloadTask.Destination
     let configuration: DownloadTask.Configuration
-    let createdAt: Date
+    let finisher: Finisher
     /// The offset this task started at (the token's, reconciled with the file).
     let initialOffset: Int64
     let events: EventHub
+    let checkpoints: CheckpointWriter
     /// How many written bytes trigger an early writeback, so the final flush has little left to do.
     static let writebackChunk: Int64 = 8 << 20
-    private let checkpointQueue = DispatchQueue(label: "Resumable.checkpoints")
-    private let state: Mutex<State>
+    let writebackQueue = DispatchQueue(label: "Resumable.writeback")
+    let state: Mutex<State>
 
     init(
         machine: ResumeStateMachine,
         file: PartialFile,
-        destination: DownloadTask.Destination,
         configuration: DownloadTask.Configuration,
-        createdAt: Date
+        existingFile: DownloadTask.ExistingFilePolicy
     ) {
-        let now = ContinuousClock.now
-        self.state = Mutex(State(machine: machine, lastProgressAt: now, rateSampleAt: now, lastCheckpointAt: now))
+        self.state = Mutex(
+            State(
+                machine: machine, file: file,
+                progress: ProgressMeter(interval: configuration.progressInterval, offset: machine.state.offset)))
         self.events = EventHub(handler: configuration.eventHandler)
-        self.file = file
-        self.destination = destination
         self.configuration = configuration
-        self.createdAt = createdAt
-        self.initialOffset = machine.offset
+        self.finisher = Finisher(destination: machine.state.destination, existingFile: existingFile)
+        self.initialOffset = machine.state.offset
+        self.checkpoints = CheckpointWriter(checkpointing: configuration.checkpointing, path: file.path)
     }
 
     /// Asks the run loop to stop; the caller cancels the task running ``run()``.
@@ -66,56 +67,46 @@ final class DownloadEngine: Sendable {
         }
     }
 
-    /// A token for the bytes safely in the temporary file, or `nil` when nothing can be resumed.
+    /// The token the task ended with: `nil` while it runs, after it finished, or when nothing can be resumed.
     func makeToken() -> ResumeToken? {
-        state.withLock { token(for: $0.machine) }
-    }
-
-    /// A token for the current state; with `allowingEmpty`, also at offset 0 (for checkpoints: a hand-off
-    /// before the first byte is still a hand-off).
-    private func token(for machine: ResumeStateMachine, allowingEmpty: Bool = false) -> ResumeToken? {
-        guard machine.offset > 0 || allowingEmpty, machine.isResumable else { return nil }
-        return ResumeToken(
-            url: machine.url,
-            originalURL: machine.originalURL,
-            offset: machine.offset,
-            expectedLength: machine.expectedLength,
-            etag: machine.validators.etag,
-            lastModified: machine.validators.lastModified,
-            responseDate: machine.validators.responseDate,
-            acceptRanges: machine.acceptRanges,
-            tempPath: file.path,
-            suggestedFilename: machine.suggestedFilename,
-            destination: destination.tokenValue,
-            headers: configuration.headers,
-            createdAt: createdAt,
-            updatedAt: Date()
-        )
+        state.withLock { $0.finalToken }
     }
 
     // MARK: - The run loop
 
     /// Downloads until the file is complete, a permanent failure, the retries run out, or a stop.
     ///
-    /// On failure the temporary file is kept and the error carries a token when there is something to
-    /// resume; otherwise the temporary file is removed.
+    /// On failure the temporary file is flushed and kept, and the error carries a token, when there is
+    /// something to resume; otherwise the temporary file is removed.
     func run() async -> Result<DownloadResult, ResumableError> {
-        let result = await loop()
+        var result = await loop()
+        let file = state.withLock { $0.file }
         switch result {
         case .success(let downloaded):
             events.send(.finished(downloaded))
-        case .failure:
-            // Keep the bytes when a token can resume them; otherwise nothing is worth keeping.
-            let discard = state.withLock { $0.stop == .discard }
-            if !discard, makeToken() != nil {
-                try? file.synchronize()
-            } else {
+        case .failure(var error):
+            let (discard, candidate) = state.withLock { state in
+                (state.stop == .discard, state.machine.state.isResumable && state.machine.state.offset > 0
+                    ? state.machine.state.token() : nil)
+            }
+            // A token is handed out only for bytes that reached the disk: a failed flush means none.
+            var token: ResumeToken?
+            if !discard, let candidate, (try? file.synchronize()) != nil {
+                token = candidate
+                // Bring the token on disk up to date; the one there already describes a prefix if this fails.
+                try? checkpoints.record(candidate)
+            }
+            if token == nil && (discard || candidate == nil) {
                 file.remove()
             }
+            error.resumeToken = token
+            state.withLock { $0.finalToken = token }
+            result = .failure(error)
         }
         // No checkpoint may flush or report after the task ended, nor after the file is released.
         state.withLock { $0.ended = true }
-        drainCheckpoints()
+        checkpoints.end()
+        writebackQueue.sync {}
         if case .success = result { configuration.checkpointing?.finished?() }
         // Another task or process may take the file over from here on.
         file.release()
@@ -124,60 +115,57 @@ final class DownloadEngine: Sendable {
     }
 
     private func loop() async -> Result<DownloadResult, ResumableError> {
+        // One transport session for the whole task: its requests share connections where the transport can.
+        let session: any TransportSession
+        do {
+            session = try configuration.transport.makeSession()
+        } catch {
+            return .failure(error)
+        }
+        defer { session.close() }
         var failuresInARow = 0
         while true {
             if let stopped = stoppedError() { return .failure(stopped) }
-            let request = state.withLock { state in
+            let (before, plan) = state.withLock { state in
                 state.headOutcome = nil
-                return state.machine.nextRequest()
+                let before = state.machine
+                return (before, state.machine.nextRequest())
             }
-            do {
-                try file.truncate(to: request.offset)
+            do throws(ResumableError) {
+                if let reason = plan.newFile {
+                    try switchFile(reason, restoring: before)
+                } else {
+                    // Bytes beyond the offset are not trusted: cut them off before asking for the rest.
+                    try state.withLock { $0.file }.truncate(to: plan.request.offset)
+                }
             } catch {
-                return .failure(failed(error))
+                return .failure(error)
             }
             var transportError: ResumableError?
             do {
-                let transportRequest = TransportRequest(
-                    url: request.url,
-                    headers: request.headers,
-                    idleTimeout: configuration.idleTimeout
-                )
-                try await configuration.transport.execute(transportRequest, consumer: Consumer(engine: self))
+                let request = TransportRequest(
+                    url: plan.request.url, headers: plan.request.headers, idleTimeout: configuration.idleTimeout)
+                try await session.execute(request, consumer: Consumer(engine: self))
             } catch {
                 transportError = error
             }
             if let stopped = stoppedError() { return .failure(stopped) }
             // Progress is throttled while bytes arrive; report where this response left the file.
             emitProgress()
-            let (outcome, progressed, restart) = state.withLock { state in
-                let outcome: ResumeStateMachine.Outcome
-                if let decided = state.headOutcome {
-                    outcome = decided
-                } else {
-                    outcome = state.machine.responseEnded(error: transportError)
-                }
-                let restart = state.machine.lastRestart
-                return (outcome, state.machine.offset > request.offset, restart)
+            let (outcome, progressed) = state.withLock { state in
+                let outcome = state.headOutcome ?? state.machine.responseEnded(error: transportError)
+                return (outcome, state.machine.state.offset > plan.request.offset)
             }
             switch outcome {
             case .finished:
                 return finish()
             case .requestAgain:
-                if let restart, state.withLock({ $0.machine.offset }) == 0, request.offset > 0 {
-                    events.send(.restarted(reason: restart.description))
-                }
                 continue
             case .fail(let error):
-                return .failure(failed(error))
+                return .failure(error)
             case .retry(let error):
                 failuresInARow = progressed ? 1 : failuresInARow + 1
-                guard failuresInARow <= configuration.retry.maximumRetries else {
-                    return .failure(failed(error))
-                }
-                state.withLock { state in
-                    if !state.machine.isResumable { state.machine.discardProgress() }
-                }
+                guard failuresInARow <= configuration.retry.maximumRetries else { return .failure(error) }
                 let delay = configuration.retry.delay(attempt: failuresInARow, serverAsked: error.retryAfter)
                 events.send(.retrying(attempt: failuresInARow, delay: delay, error: error))
                 try? await Task.sleep(for: delay)
@@ -192,25 +180,53 @@ final class DownloadEngine: Sendable {
         }
     }
 
-    /// Attaches a token to a failure when there is something to resume.
-    private func failed(_ error: ResumableError) -> ResumableError {
-        var error = error
-        error.resumeToken = makeToken()
-        return error
+    /// Starts a new, empty temporary file beside the current one and makes it the task's, in the order that
+    /// keeps the token on disk true at every instant: create the new file, record a token naming it (offset
+    /// 0), and only then remove the old file. When recording fails, the machine goes back to `before` (which
+    /// describes the old file, still intact) and the error stops the download.
+    func switchFile(_ reason: RestartReason, restoring before: ResumeStateMachine) throws(ResumableError) {
+        let old = state.withLock { $0.file }
+        let new: PartialFile
+        do {
+            new = try PartialFile.create(in: (old.path as NSString).deletingLastPathComponent)
+        } catch {
+            state.withLock { $0.machine = before }
+            throw error
+        }
+        let token = state.withLock { state in
+            var switched = state.machine.state
+            switched.tempPath = new.path
+            return switched.token()
+        }
+        do {
+            try checkpoints.record(token)
+        } catch {
+            new.remove()
+            new.release()
+            state.withLock { $0.machine = before }
+            throw error
+        }
+        state.withLock { state in
+            state.machine.switchedFile(to: new.path)
+            state.file = new
+            state.writebackStart = 0
+        }
+        writebackQueue.sync {}
+        old.remove()
+        old.release()
+        events.send(.restarted(reason: reason.description))
     }
 
     // MARK: - Finishing
 
     private func finish() -> Result<DownloadResult, ResumableError> {
-        let machine = state.withLock { $0.machine }
-        let transferred = state.withLock { $0.bytesTransferred }
+        let (machine, file, transferred) = state.withLock { ($0.machine, $0.file, $0.progress.bytesTransferred) }
+        let resume = machine.state
         do throws(ResumableError) {
             let size = try file.size()
-            guard size == machine.offset else {
+            guard size == resume.offset else {
                 throw ResumableError(
-                    .fileSystem,
-                    "the temporary file '\(file.path)' holds \(size) bytes, expected \(machine.offset)"
-                )
+                    .fileSystem, "the temporary file '\(file.path)' holds \(size) bytes, expected \(resume.offset)")
             }
             try file.synchronize()
             var digest: String?
@@ -227,7 +243,13 @@ final class DownloadEngine: Sendable {
                     )
                 )
             }
-            let finalPath = try moveIntoPlace(suggestedFilename: machine.suggestedFilename)
+            // The last token says the file is whole: a crash after the move below leaves a token that a
+            // resume recognizes as finished, instead of downloading everything again. So does a content-encoded
+            // download's, whose tokens otherwise say 0: the decoded file is complete all the same.
+            var whole = resume
+            whole.isResumable = true
+            try checkpoints.record(whole.token())
+            let finalPath = try finisher.moveIntoPlace(file, suggestedFilename: resume.suggestedFilename)
             return .success(
                 DownloadResult(
                     fileURL: URL(fileURLWithPath: finalPath),
@@ -235,200 +257,15 @@ final class DownloadEngine: Sendable {
                     resumedAtOffset: initialOffset,
                     bytesTransferred: transferred,
                     status: machine.lastStatus ?? 200,
-                    url: machine.url,
-                    etag: machine.validators.etag,
-                    lastModified: machine.validators.lastModified,
+                    url: resume.url,
+                    etag: resume.validators.etag,
+                    lastModified: resume.validators.lastModified,
                     sha256: digest,
                     transport: configuration.transport
                 )
             )
         } catch {
-            var error = error
-            error.resumeToken = token(for: machine)
             return .failure(error)
         }
-    }
-
-    private func moveIntoPlace(suggestedFilename: String) throws(ResumableError) -> String {
-        let directory = destination.directoryPath
-        let wanted: String
-        switch destination.kind {
-        case .directory(let path): wanted = (path as NSString).appendingPathComponent(suggestedFilename)
-        case .file(let path): wanted = path
-        }
-        switch configuration.existingFile {
-        case .overwrite:
-            try file.move(to: wanted, replacing: true)
-            return wanted
-        case .fail:
-            do {
-                try file.move(to: wanted, replacing: false)
-            } catch  where FileManager.default.fileExists(atPath: wanted) {
-                throw ResumableError(.destinationExists, "'\(wanted)' already exists")
-            }
-            return wanted
-        case .chooseFreeName:
-            let name = (wanted as NSString).lastPathComponent
-            for _ in 0..<100 {
-                let free = SuggestedFilename.available(name) { candidate in
-                    FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent(candidate))
-                }
-                let path = (directory as NSString).appendingPathComponent(free)
-                do {
-                    try file.move(to: path, replacing: false)
-                    return path
-                } catch  where FileManager.default.fileExists(atPath: path) {
-                    continue  // Taken between the check and the link: try the next free name.
-                }
-            }
-            throw ResumableError(.destinationExists, "no free name for '\(wanted)'")
-        }
-    }
-
-    // MARK: - Receiving
-
-    /// Feeds responses from the transport into the state machine and the file.
-    private struct Consumer: ResponseConsumer {
-        let engine: DownloadEngine
-
-        func receive(_ head: ResponseHead) -> Bool {
-            engine.receive(head)
-        }
-
-        func receive(_ body: UnsafeRawBufferPointer) throws(ResumableError) {
-            try engine.receive(body)
-        }
-    }
-
-    private func receive(_ head: ResponseHead) -> Bool {
-        let result = state.withLock { (state) -> Result<DownloadEvent?, ResumableError>? in
-            guard state.stop == nil, !state.ended else { return nil }
-            switch state.machine.receive(head) {
-            case .skipBody(let outcome):
-                state.headOutcome = outcome
-                return nil
-            case .writeBody(let resumedAt, let restarted):
-                do throws(ResumableError) {
-                    if restarted != nil || resumedAt == 0 {
-                        try file.truncate(to: 0)
-                    }
-                } catch {
-                    state.headOutcome = .fail(error)
-                    return .failure(error)
-                }
-                state.transferStart = resumedAt
-                let expected = state.machine.expectedLength
-                if let restarted {
-                    return .success(.restarted(reason: restarted.description))
-                }
-                return .success(
-                    resumedAt > 0
-                        ? .resumed(atOffset: resumedAt, expectedLength: expected)
-                        : .started(atOffset: 0, expectedLength: expected)
-                )
-            }
-        }
-        guard case .success(let event) = result else { return false }
-        if let event {
-            events.send(event)
-            if case .restarted = event {
-                events.send(.started(atOffset: 0, expectedLength: state.withLock { $0.machine.expectedLength }))
-            }
-        }
-        emitProgress()
-        if configuration.checkpointing != nil {
-            let token = state.withLock { state in
-                state.checkpointInFlight = true
-                state.lastCheckpointAt = .now
-                return self.token(for: state.machine, allowingEmpty: true)
-            }
-            takeCheckpoint(token)
-        }
-        return true
-    }
-
-    private func receive(_ body: UnsafeRawBufferPointer) throws(ResumableError) {
-        let count = body.count
-        let (emit, checkpoint) = try state.withLock { (state) throws(ResumableError) -> (Bool, Bool) in
-            guard state.stop == nil, !state.ended else {
-                throw ResumableError(.cancelled, "the download was cancelled")
-            }
-            let position = state.machine.offset
-            try state.machine.receiveBody(count: count)
-            do throws(ResumableError) {
-                try file.write(body, at: position)
-            } catch {
-                state.machine.revertBody(to: position)
-                throw error
-            }
-            state.bytesTransferred += Int64(count)
-            if state.machine.offset < state.writebackStart {
-                state.writebackStart = 0  // The file restarted.
-            }
-            if state.machine.offset - state.writebackStart >= Self.writebackChunk {
-                let range = (state.writebackStart, state.machine.offset - state.writebackStart)
-                state.writebackStart = state.machine.offset
-                checkpointQueue.async { [file] in file.startWriteback(offset: range.0, count: range.1) }
-            }
-            let now = ContinuousClock.now
-            let emit = now - state.lastProgressAt >= configuration.progressInterval
-            var checkpoint = false
-            if let checkpointing = configuration.checkpointing, !state.checkpointInFlight,
-                now - state.lastCheckpointAt >= checkpointing.interval
-            {
-                state.checkpointInFlight = true
-                state.lastCheckpointAt = now
-                checkpoint = true
-            }
-            return (emit, checkpoint)
-        }
-        if emit { emitProgress() }
-        if checkpoint { takeCheckpoint(makeToken()) }
-        if let rate = configuration.simulatedWriterBytesPerSecond, rate > 0 {
-            usleep(useconds_t(min(Double(count) / Double(rate) * 1e6, 1e6)))
-        }
-    }
-
-    private func emitProgress() {
-        let progress: DownloadProgress = state.withLock { state in
-            let now = ContinuousClock.now
-            state.lastProgressAt = now
-            let elapsed = now - state.rateSampleAt
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            if seconds >= 0.05 {
-                let instant = Double(state.bytesTransferred - state.rateSampleBytes) / seconds
-                state.bytesPerSecond =
-                    state.bytesPerSecond == 0 ? instant : 0.7 * state.bytesPerSecond + 0.3 * instant
-                state.rateSampleAt = now
-                state.rateSampleBytes = state.bytesTransferred
-            }
-            return DownloadProgress(
-                bytesOnDisk: state.machine.offset,
-                expectedLength: state.machine.expectedLength,
-                resumedAtOffset: state.transferStart,
-                bytesTransferred: state.bytesTransferred,
-                bytesPerSecond: state.bytesPerSecond
-            )
-        }
-        events.send(.progress(progress))
-    }
-
-    /// Flushes the temporary file off the write path, then hands a token covering the flushed bytes to the
-    /// checkpoint handler.
-    private func takeCheckpoint(_ token: ResumeToken?) {
-        guard let checkpointing = configuration.checkpointing else { return }
-        // A serial queue off the write path: checkpoints reach the handler in order, never overlapping.
-        checkpointQueue.async { [self] in
-            defer { state.withLock { $0.checkpointInFlight = false } }
-            guard let token, !state.withLock({ $0.ended }) else { return }
-            // Every byte up to the token's offset was written before this flush began.
-            guard (try? file.synchronize()) != nil else { return }
-            checkpointing.handler(token)
-        }
-    }
-
-    /// Waits until every scheduled checkpoint was handed to the handler.
-    func drainCheckpoints() {
-        checkpointQueue.sync {}
     }
 }

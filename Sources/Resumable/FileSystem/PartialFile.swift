@@ -39,45 +39,53 @@ final class PartialFile: Sendable {
         let path = (directory as NSString).appendingPathComponent(TemporaryFileName.make())
         let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else { throw .fileSystem("creating", path: path, errno: errno) }
+        DurableSteps.record(.create, path)
         let file = PartialFile(path: path, descriptor: descriptor)
         try file.lock()
         return file
     }
 
-    /// Opens the temporary file a token names, refusing symlinks, anything but a regular file, and a file
-    /// that another task holds.
+    /// Opens the temporary file a token names, refusing symlinks, anything but a regular file, a file with
+    /// other hard links or of another user, and a file that another task holds.
     static func openExisting(at path: String) throws(ResumableError) -> PartialFile {
         let descriptor = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard descriptor >= 0 else {
-            let code = errno
-            switch code {
-            case ENOENT:
-                throw ResumableError(
-                    .tokenGone,
-                    "the temporary file '\(path)' is gone: the download already finished or was discarded"
-                )
-            case ELOOP:
-                throw ResumableError(.invalidToken, "the temporary file '\(path)' is a symbolic link")
-            default:
-                throw .fileSystem("opening", path: path, errno: code)
-            }
-        }
+        guard descriptor >= 0 else { throw openError(path, errno: errno) }
         let file = PartialFile(path: path, descriptor: descriptor)
         var status = stat()
         guard fstat(descriptor, &status) == 0 else { throw .fileSystem("inspecting", path: path, errno: errno) }
+        try checkOwnership(status, path: path)
+        try file.lock()
+        return file
+    }
+
+    /// The error for a temporary file that could not be opened or inspected.
+    static func openError(_ path: String, errno code: Int32) -> ResumableError {
+        switch code {
+        case ENOENT:
+            return ResumableError(
+                .tokenGone,
+                "the temporary file '\(path)' is gone: the download already finished or was discarded"
+            )
+        case ELOOP:
+            return ResumableError(.invalidToken, "the temporary file '\(path)' is a symbolic link")
+        default:
+            return .fileSystem("opening", path: path, errno: code)
+        }
+    }
+
+    /// Throws unless `status` describes a file this library could have created: a regular file with one
+    /// name, belonging to this user. A hard link planted under our naming would otherwise let a crafted
+    /// token truncate or overwrite another file.
+    static func checkOwnership(_ status: stat, path: String) throws(ResumableError) {
         guard (status.st_mode & S_IFMT) == S_IFREG else {
             throw ResumableError(.invalidToken, "the temporary file '\(path)' is not a regular file")
         }
-        // A file this library created has one name and belongs to this user: a hard link planted under our
-        // naming would otherwise let a crafted token truncate or overwrite another file.
         guard status.st_nlink == 1 else {
             throw ResumableError(.invalidToken, "the temporary file '\(path)' has other hard links")
         }
         guard status.st_uid == geteuid() else {
             throw ResumableError(.invalidToken, "the temporary file '\(path)' belongs to another user")
         }
-        try file.lock()
-        return file
     }
 
     private func lock() throws(ResumableError) {
@@ -105,6 +113,7 @@ final class PartialFile: Sendable {
         while ftruncate(descriptor, off_t(length)) != 0 {
             guard errno == EINTR else { throw .fileSystem("truncating", path: path, errno: errno) }
         }
+        DurableSteps.record(.truncate, path)
     }
 
     /// Writes all of `buffer` at `offset`.
@@ -125,6 +134,7 @@ final class PartialFile: Sendable {
             position += off_t(written)
             base = base.advanced(by: written)
         }
+        DurableSteps.record(.write, path)
     }
 
     /// Flushes written data to stable storage.
@@ -135,6 +145,7 @@ final class PartialFile: Sendable {
             let result = fsync(descriptor)
         #endif
         guard result == 0 else { throw .fileSystem("flushing", path: path, errno: errno) }
+        DurableSteps.record(.flush, path)
     }
 
     /// Asks the kernel to start writing `count` bytes at `offset` to disk, without waiting.
@@ -147,53 +158,64 @@ final class PartialFile: Sendable {
 
     /// The lowercase hex SHA-256 of the file's contents.
     func sha256() throws(ResumableError) -> String {
-        try SHA256.hex(ofDescriptor: descriptor, path: path)
+        try PortableSHA256.hex(ofDescriptor: descriptor, path: path)
     }
 
     /// Removes the file from its directory (the descriptor stays valid until released).
     func remove() {
-        unlink(path)
+        if unlink(path) == 0 { DurableSteps.record(.unlink, path) }
     }
 
     /// Moves the finished file to `destination`, atomically, never leaving a partial file there.
     ///
     /// With `replacing` an existing file is replaced; otherwise a taken name fails with `EEXIST`, so the
-    /// caller can choose another. Across file systems the data is copied to a sibling of the destination
-    /// first, then renamed.
+    /// caller can choose another. Without replacing, the move is one `renameat2(RENAME_NOREPLACE)`: there is
+    /// no instant at which the file has two names (where that call is missing, `link` then `unlink`). Across
+    /// file systems the data is copied to a sibling of the destination first, then moved the same way.
     func move(to destination: String, replacing: Bool) throws(ResumableError) {
-        if replacing {
-            if rename(path, destination) == 0 { return }
-            guard errno == EXDEV else { throw .fileSystem("renaming to", path: destination, errno: errno) }
-            let copy = try copyBeside(destination)
-            guard rename(copy, destination) == 0 else {
-                let code = errno
-                unlink(copy)
-                throw .fileSystem("renaming to", path: destination, errno: code)
-            }
-            unlink(path)
-            return
-        }
-        // link(2) fails with EEXIST instead of replacing: an atomic "create only if absent".
-        if link(path, destination) == 0 {
-            unlink(path)
-            return
-        }
-        var code = errno
+        var code = Self.rename(path, to: destination, replacing: replacing)
+        if code == 0 { return }
         if code == EXDEV {
             let copy = try copyBeside(destination)
-            if link(copy, destination) == 0 {
+            code = Self.rename(copy, to: destination, replacing: replacing)
+            guard code == 0 else {
                 unlink(copy)
-                unlink(path)
-                return
+                throw .fileSystem("moving to", path: destination, errno: code)
             }
-            code = errno
-            unlink(copy)
-        } else if code == EPERM || code == ENOTSUP || code == EOPNOTSUPP {
-            // File systems without hard links: check, then rename (not atomic, the best available).
-            if access(destination, F_OK) != 0, rename(path, destination) == 0 { return }
-            code = access(destination, F_OK) == 0 ? EEXIST : errno
+            remove()
+            return
         }
-        throw .fileSystem("moving to", path: destination, errno: code)
+        throw .fileSystem(replacing ? "renaming to" : "moving to", path: destination, errno: code)
+    }
+
+    /// Renames `source` to `destination`; returns 0 or an errno value (`EEXIST` when not replacing a taken
+    /// name).
+    private static func rename(_ source: String, to destination: String, replacing: Bool) -> Int32 {
+        if replacing {
+            guard Glibc.rename(source, destination) == 0 else { return errno }
+            DurableSteps.record(.rename, destination)
+            return 0
+        }
+        let code = cresumable_rename_noreplace(source, destination)
+        if code == 0 {
+            DurableSteps.record(.rename, destination)
+            return 0
+        }
+        guard code == EINVAL || code == ENOSYS || code == ENOTSUP || code == EOPNOTSUPP else { return code }
+        // No renameat2 here: link(2) fails with EEXIST instead of replacing, an atomic "create if absent".
+        if link(source, destination) == 0 {
+            DurableSteps.record(.link, destination)
+            unlink(source)
+            DurableSteps.record(.unlink, source)
+            return 0
+        }
+        let linkCode = errno
+        guard linkCode == EPERM || linkCode == ENOTSUP || linkCode == EOPNOTSUPP else { return linkCode }
+        // File systems without hard links: check, then rename (not atomic, the best available).
+        if access(destination, F_OK) == 0 { return EEXIST }
+        guard Glibc.rename(source, destination) == 0 else { return errno }
+        DurableSteps.record(.rename, destination)
+        return 0
     }
 
     /// Copies the whole file into a new temporary sibling of `destination` and returns the copy's path.

@@ -2,62 +2,56 @@ import Foundation
 
 /// Every decision a resuming download makes, as a pure value type with no I/O.
 ///
-/// This is where the rules of `docs/protocol-rules.md` (RFC 9110 ranges and validators) live:
+/// This is where the rules of `docs/protocol-rules.md` (RFC 9110 ranges and validators) live. Each mutating
+/// method returns what its owner (``DownloadEngine``) must do, in the style of async-http-client's
+/// `Transaction.StateMachine`; the engine performs those actions and decides nothing itself.
 /// - ``nextRequest()`` says what to send: `Range: bytes=N-` from the bytes safely on disk, `If-Range` with a
-///   strong validator only, `Accept-Encoding: identity`, credentials only to the original origin.
+///   strong validator only, `Accept-Encoding: identity`, credentials only to the original origin; and whether
+///   the bytes on disk must be dropped first (``RequestPlan/newFile``).
 /// - ``receive(_:)`` judges a response head before a single byte of its body is written: join a 206 only
 ///   when it starts exactly at the offset under unchanged validators, restart on a 200, finish on a 416
 ///   that proves the file complete, follow redirects, classify errors as transient or permanent.
 /// - ``receiveBody(count:)`` and ``responseEnded(error:)`` account for the body and decide whether the
 ///   download is finished, must continue with another range request, or must be retried.
 ///
-/// The engine (``DownloadEngine``) performs what this machine decides; its tests drive it with
-/// hand-written heads, without a network.
+/// **Dropping bytes never reuses the file.** Whenever the offset goes back to 0 with bytes on disk, the
+/// action says `newFile`: the engine writes the new version into a new temporary file and switches the
+/// token to it, durably, before the old file goes. So at every instant the token on disk describes a prefix
+/// of the file it names (`docs/reliability.md`).
 struct ResumeStateMachine: Sendable {
     /// What to send next.
     struct Request: Hashable, Sendable {
         var url: URL
         var headers: [HTTPHeader]
-        /// The byte the body will be written from; the temporary file is cut to this length first.
+        /// The byte the body will be written from; bytes beyond it in the temporary file are not trusted.
         var offset: Int64
     }
 
-    /// Why the download started again from byte 0.
-    enum RestartReason: Hashable, Sendable, CustomStringConvertible {
-        /// The server sent the whole representation (200): it ignored the range, or `If-Range` failed.
-        case wholeRepresentation
-        /// The validators changed: the file on the server is not the one on disk.
-        case representationChanged
-        /// A 206 started elsewhere than the offset, or its `Content-Range` was unusable.
-        case unjoinablePartial(String)
-        /// A 416 said the file is not the size on disk, or said nothing usable.
-        case unsatisfiableRange(String)
-        /// Nothing proves the server's bytes are the ones on disk (no validators to check).
-        case noValidators
-        /// The response was content-encoded, so byte offsets cannot be trusted.
-        case contentEncoded
-
-        var description: String {
-            switch self {
-            case .wholeRepresentation: return "the server sent the whole file instead of the requested range"
-            case .representationChanged: return "the file changed on the server"
-            case .unjoinablePartial(let why): return "the partial answer cannot be joined: \(why)"
-            case .unsatisfiableRange(let why): return "the server refused the range: \(why)"
-            case .noValidators:
-                return
-                    "the server gives no strong validator (a strong ETag, or a Last-Modified older than its Date) to join safely"
-            case .contentEncoded: return "the answer is content-encoded, so it cannot be resumed"
-            }
-        }
+    /// A request, and what must happen to the temporary file before it is sent.
+    struct RequestPlan: Sendable {
+        var request: Request
+        /// Set when the bytes on disk were dropped: start a new empty temporary file and switch the token to
+        /// it before sending.
+        var newFile: RestartReason?
     }
 
     /// What to do with a response head.
-    enum HeadDecision: Sendable {
-        /// Write the body at ``ResumeStateMachine/offset``. `restarted` is set when the bytes on disk were
-        /// dropped for this body; `resumedAt` is the offset the body joins at.
-        case writeBody(resumedAt: Int64, restarted: RestartReason?)
+    enum HeadAction: Sendable {
+        /// Write the body.
+        case writeBody(BodyPlan)
         /// Do not read the body; then do what the outcome says.
         case skipBody(Outcome)
+    }
+
+    /// How an accepted body is written.
+    struct BodyPlan: Sendable {
+        /// Where its first byte goes.
+        var offset: Int64
+        /// Set when the body is a new version: start a new empty temporary file, switch the token to it, and
+        /// only then write.
+        var newFile: RestartReason?
+        /// The event that reports the accepted response.
+        var event: DownloadEvent
     }
 
     /// What to do once a response is over.
@@ -72,27 +66,6 @@ struct ResumeStateMachine: Sendable {
         case fail(ResumableError)
     }
 
-    /// The validators the bytes on disk were received under, exactly as received.
-    struct Validators: Hashable, Sendable {
-        var etag: String?
-        var lastModified: String?
-        var responseDate: String?
-
-        /// The value for `If-Range`: a strong entity tag, or else a strong Last-Modified date (RFC 9110
-        /// §13.1.5, §8.8.2.2); `nil` when neither is usable.
-        var ifRange: String? {
-            if let etag {
-                guard let tag = EntityTag(etag), !tag.isWeak else { return nil }
-                return etag
-            }
-            guard let lastModified, let modified = HTTPDate.parse(lastModified),
-                let dateHeader = responseDate, let date = HTTPDate.parse(dateHeader),
-                date.timeIntervalSince(modified) >= 1
-            else { return nil }
-            return lastModified
-        }
-    }
-
     /// The exchange in flight: what was asked and where its body must end.
     private struct Exchange: Sendable {
         var sentRange: Bool
@@ -103,113 +76,89 @@ struct ResumeStateMachine: Sendable {
         var bodyAccepted = false
     }
 
-    private(set) var url: URL
-    let originalURL: URL
-    private(set) var offset: Int64
-    private(set) var expectedLength: Int64?
-    private(set) var validators: Validators
-    private(set) var acceptRanges: String?
-    private(set) var suggestedFilename: String
-    private var hasNameFromResponse = false
-    /// `false` once a content-encoded answer was accepted: offsets then count decoded bytes.
-    private(set) var isResumable = true
-    /// The status of the last response whose body was accepted.
+    /// The resume state; changed only here.
+    private(set) var state: ResumeState
+    /// The status of the last response whose body was accepted (or the 416 that proved the file complete).
     private(set) var lastStatus: Int?
-    private let headers: [HTTPHeader]
-    private let maximumRedirects: Int
-    private var redirectChain: [URL] = []
-    private var exchange: Exchange?
-    private var triedOriginalURL = false
     /// Restarts from byte 0 in this run; bounded so a server that changes on every request cannot loop.
     private(set) var restarts = 0
     static let maximumRestarts = 10
     /// Sent unless the caller's headers name another one, so servers can tell who is asking.
     static let userAgent = "Resumable/1"
 
-    /// A machine for a new download of `url`.
-    init(url: URL, headers: [HTTPHeader], maximumRedirects: Int) {
-        self.url = url
-        self.originalURL = url
-        self.offset = 0
-        self.expectedLength = nil
-        self.validators = Validators()
-        self.suggestedFilename = SuggestedFilename.choose(contentDisposition: nil, url: url)
-        self.headers = headers
-        self.maximumRedirects = maximumRedirects
-    }
+    private var redirects: RedirectState
+    private var exchange: Exchange?
+    private var triedOriginalURL = false
+    /// Bytes on disk were dropped: the next request starts in a new temporary file.
+    private var droppedBytes: RestartReason?
 
-    /// A machine that continues from a token, whose temporary file holds `bytesOnDisk` bytes.
-    ///
-    /// The offset is the smaller of the token's and the file's: a lost tail is downloaded again, and bytes
-    /// beyond the token's offset are not trusted (the engine cuts them off before the next request).
-    init(token: ResumeToken, bytesOnDisk: Int64, replacingURL: URL?, headers: [HTTPHeader], maximumRedirects: Int) {
-        self.url = replacingURL ?? token.url
-        self.originalURL = replacingURL ?? token.originalURL
-        self.offset = min(token.offset, bytesOnDisk)
-        self.expectedLength = token.expectedLength
-        self.validators = Validators(
-            etag: token.etag,
-            lastModified: token.lastModified,
-            responseDate: token.responseDate
-        )
-        self.acceptRanges = token.acceptRanges
-        self.suggestedFilename = token.suggestedFilename
-        self.hasNameFromResponse = true
-        self.headers = headers
-        self.maximumRedirects = maximumRedirects
+    init(state: ResumeState, maximumRedirects: Int) {
+        self.state = state
+        self.redirects = RedirectState(maximum: maximumRedirects)
     }
 
     // MARK: - Requests
 
     /// The request to send next. Drops the bytes on disk first when nothing could prove a join safe.
-    mutating func nextRequest() -> Request {
-        if offset > 0 && (!isResumable || validators.ifRange == nil) {
+    mutating func nextRequest() -> RequestPlan {
+        if state.offset > 0 && (!state.isResumable || state.validators.ifRange == nil) {
             // Pieces may only be joined under a strong validator the server checks (RFC 9110 §13.1.5,
             // §15.3.7.3). A weak ETag, or a Last-Modified too close to its Date, cannot prove the bytes on
             // disk are the server's: start again rather than risk a splice.
-            unreportedRestart = isResumable ? .noValidators : .contentEncoded
-            offset = 0
+            dropBytes(state.isResumable ? .noValidators : .contentEncoded)
         }
+        let newFile = droppedBytes
+        droppedBytes = nil
         var fields = [HTTPHeader(name: "Accept-Encoding", value: "identity")]
-        if !headers.contains(where: { $0.name.caseInsensitiveCompare("User-Agent") == .orderedSame }) {
+        if !state.headers.contains(where: { Self.named($0, "User-Agent") }) {
             fields.append(HTTPHeader(name: "User-Agent", value: Self.userAgent))
         }
-        let crossOrigin = HTTPURL.origin(of: url) != HTTPURL.origin(of: originalURL)
-        for header in headers where !(crossOrigin && SensitiveHeaders.contains(header.name)) {
-            if header.name.caseInsensitiveCompare("Accept-Encoding") == .orderedSame { continue }
-            if header.name.caseInsensitiveCompare("Range") == .orderedSame { continue }
-            if header.name.caseInsensitiveCompare("If-Range") == .orderedSame { continue }
+        let crossOrigin = HTTPURL.origin(of: state.url) != HTTPURL.origin(of: state.originalURL)
+        for header in state.headers where !(crossOrigin && state.isSensitive(header.name)) {
+            if ["Accept-Encoding", "Range", "If-Range"].contains(where: { Self.named(header, $0) }) { continue }
             fields.append(header)
         }
         var current = Exchange(sentRange: false, sentIfRange: false)
-        if offset > 0 {
-            fields.append(HTTPHeader(name: "Range", value: "bytes=\(offset)-"))
+        if state.offset > 0 {
+            fields.append(HTTPHeader(name: "Range", value: "bytes=\(state.offset)-"))
             current.sentRange = true
-            if let ifRange = validators.ifRange {
+            if let ifRange = state.validators.ifRange {
                 fields.append(HTTPHeader(name: "If-Range", value: ifRange))
                 current.sentIfRange = true
             }
         }
         exchange = current
-        return Request(url: url, headers: fields, offset: offset)
+        return RequestPlan(request: Request(url: state.url, headers: fields, offset: state.offset), newFile: newFile)
+    }
+
+    /// The engine started the new temporary file an action asked for.
+    mutating func switchedFile(to path: String) {
+        state.tempPath = path
     }
 
     // MARK: - Response heads
 
     /// Judges a response head. Nothing of the body may be written unless this returns `.writeBody`.
-    mutating func receive(_ head: ResponseHead) -> HeadDecision {
+    mutating func receive(_ head: ResponseHead) -> HeadAction {
         guard let current = exchange else {
             return .skipBody(.fail(ResumableError(.protocolViolation, "a response arrived without a request")))
         }
         let status = head.status
         if [301, 302, 303, 307, 308].contains(status) {
-            return .skipBody(redirect(head))
+            switch redirects.follow(from: state.url, status: status, location: head.value("Location")) {
+            case .success(let target):
+                state.url = target
+                return .skipBody(.requestAgain)
+            case .failure(let error):
+                return .skipBody(.fail(error))
+            }
         }
-        redirectChain.removeAll()
+        redirects.reset()
         switch status {
         case 206:
             return receivePartial(head, current)
-        case 200...299:
+        case 200, 203:
+            // Only these carry the whole representation (RFC 9110 §15.3.1, §15.3.4).
             return receiveWhole(head, current)
         case 416:
             return .skipBody(receiveUnsatisfiable(head, current))
@@ -222,44 +171,24 @@ struct ResumeStateMachine: Sendable {
                 retryAfter: retryAfter
             )
             return .skipBody(.retry(error))
+        case let status where [403, 404, 410].contains(status) && state.url != state.originalURL && !triedOriginalURL:
+            // The resumed URL may have expired (signed URLs); the validators still guard the content.
+            triedOriginalURL = true
+            state.url = state.originalURL
+            return .skipBody(.requestAgain)
         default:
-            if [403, 404, 410].contains(status), url != originalURL, !triedOriginalURL {
-                // The resumed URL may have expired (signed URLs); the validators still guard the content.
-                triedOriginalURL = true
-                url = originalURL
-                return .skipBody(.requestAgain)
-            }
+            let what = (200...299).contains(status) ? ", which does not carry the file" : ""
             let error = ResumableError(
                 .httpStatus,
-                "the server answered \(status) \(Self.reason(status)) for \(url.absoluteString)",
+                "the server answered \(status) \(Self.reason(status))\(what) for \(state.url.absoluteString)",
                 httpStatus: status
             )
             return .skipBody(.fail(error))
         }
     }
 
-    private mutating func redirect(_ head: ResponseHead) -> Outcome {
-        guard let location = head.value("Location"), let target = URL(string: location, relativeTo: url)?.absoluteURL
-        else {
-            return .fail(ResumableError(.redirect, "a \(head.status) redirect without a usable Location header"))
-        }
-        guard HTTPURL.isSupported(target) else {
-            return .fail(ResumableError(.redirect, "refusing a redirect to \(target.absoluteString): http(s) only"))
-        }
-        redirectChain.append(url)
-        guard redirectChain.count <= maximumRedirects else {
-            return .fail(ResumableError(.redirect, "more than \(maximumRedirects) redirects"))
-        }
-        // A URL may redirect to itself once (to set state); a third visit is a loop.
-        guard redirectChain.filter({ $0 == target }).count < 2 else {
-            return .fail(ResumableError(.redirect, "redirect loop at \(target.absoluteString)"))
-        }
-        url = target
-        return .requestAgain
-    }
-
-    private mutating func receivePartial(_ head: ResponseHead, _ current: Exchange) -> HeadDecision {
-        let requestedFrom = current.sentRange ? offset : 0
+    private mutating func receivePartial(_ head: ResponseHead, _ current: Exchange) -> HeadAction {
+        let requestedFrom = current.sentRange ? state.offset : 0
         if head.value("Content-Type")?.lowercased().hasPrefix("multipart/byteranges") == true {
             return restartOrFail(.unjoinablePartial("multipart/byteranges answer to a single range"), current)
         }
@@ -270,7 +199,7 @@ struct ResumeStateMachine: Sendable {
             return restartOrFail(.unjoinablePartial("no Content-Range"), current)
         }
         guard let contentRange = ContentRange(header),
-            case .satisfied(let first, let last, let complete) = contentRange.value
+            case .satisfied(let first, let last, let complete) = contentRange.value, last < Int64.max
         else {
             return restartOrFail(.unjoinablePartial("malformed Content-Range \(header.debugDescription)"), current)
         }
@@ -280,7 +209,7 @@ struct ResumeStateMachine: Sendable {
                 current
             )
         }
-        if let complete, let expectedLength, complete != expectedLength, requestedFrom > 0 {
+        if let complete, let expected = state.expectedLength, complete != expected, requestedFrom > 0 {
             return restartOrFail(.representationChanged, current)
         }
         if let declared = head.value("Content-Length") {
@@ -288,35 +217,28 @@ struct ResumeStateMachine: Sendable {
                 return restartOrFail(.unjoinablePartial("Content-Length \(declared) disagrees with \(header)"), current)
             }
         }
-        if requestedFrom > 0 && !joinable(head, sentIfRange: current.sentIfRange) {
+        if requestedFrom > 0 && !(current.sentIfRange && state.validators.agree(with: head)) {
+            // Joined only when the server checked a strong validator (`If-Range`) and whatever validators the
+            // 206 carries are the stored ones (RFC 9110 §15.3.7.3).
             return restartOrFail(.representationChanged, current)
         }
         if requestedFrom == 0 {
             adoptValidators(head)
         }
-        expectedLength = complete ?? expectedLength
-        acceptRanges = head.value("Accept-Ranges") ?? acceptRanges
+        state.expectedLength = complete ?? state.expectedLength
+        state.acceptRanges = head.value("Accept-Ranges") ?? state.acceptRanges
         lastStatus = 206
         exchange = Exchange(
-            sentRange: current.sentRange,
-            sentIfRange: current.sentIfRange,
-            isPartial: true,
-            bodyEnd: last + 1,
-            bodyAccepted: true
-        )
-        return .writeBody(resumedAt: offset, restarted: nil)
+            sentRange: current.sentRange, sentIfRange: current.sentIfRange, isPartial: true, bodyEnd: last + 1,
+            bodyAccepted: true)
+        let event: DownloadEvent =
+            state.offset > 0
+            ? .resumed(atOffset: state.offset, expectedLength: state.expectedLength)
+            : .started(atOffset: 0, expectedLength: state.expectedLength)
+        return .writeBody(BodyPlan(offset: state.offset, newFile: nil, event: event))
     }
 
-    /// Whether a 206's validators prove it is the representation on disk (RFC 9110 §15.3.7.3): the server
-    /// checked a strong validator (`If-Range`), and whatever validators the 206 carries are the stored ones.
-    private func joinable(_ head: ResponseHead, sentIfRange: Bool) -> Bool {
-        guard sentIfRange else { return false }
-        if let etag = head.value("ETag"), etag != validators.etag { return false }
-        if let lastModified = head.value("Last-Modified"), lastModified != validators.lastModified { return false }
-        return true
-    }
-
-    private mutating func receiveWhole(_ head: ResponseHead, _ current: Exchange) -> HeadDecision {
+    private mutating func receiveWhole(_ head: ResponseHead, _ current: Exchange) -> HeadAction {
         let encoding = Self.contentEncoding(head)
         var length: Int64?
         if encoding == nil, let declared = head.value("Content-Length") {
@@ -326,17 +248,16 @@ struct ResumeStateMachine: Sendable {
             }
             length = parsed
         }
-        var reason = unreportedRestart
-        unreportedRestart = nil
-        if offset > 0 {
-            let previous = validators
+        var newFile: RestartReason?
+        if state.offset > 0 {
+            let previous = state.validators
             adoptValidators(head)
             if encoding != nil {
-                reason = .contentEncoded
-            } else if previous.etag != validators.etag || previous.lastModified != validators.lastModified {
-                reason = .representationChanged
+                newFile = .contentEncoded
+            } else if previous.etag != state.validators.etag || previous.lastModified != state.validators.lastModified {
+                newFile = .representationChanged
             } else {
-                reason = .wholeRepresentation
+                newFile = .wholeRepresentation
             }
             restarts += 1
             guard restarts <= Self.maximumRestarts else {
@@ -345,19 +266,16 @@ struct ResumeStateMachine: Sendable {
         } else {
             adoptValidators(head)
         }
-        isResumable = encoding == nil
-        expectedLength = length
-        acceptRanges = head.value("Accept-Ranges")
-        offset = 0
+        state.isResumable = encoding == nil
+        state.expectedLength = length
+        state.acceptRanges = head.value("Accept-Ranges")
+        state.offset = 0
         lastStatus = head.status
         exchange = Exchange(
-            sentRange: current.sentRange,
-            sentIfRange: current.sentIfRange,
-            isPartial: false,
-            bodyEnd: length,
-            bodyAccepted: true
-        )
-        return .writeBody(resumedAt: 0, restarted: reason)
+            sentRange: current.sentRange, sentIfRange: current.sentIfRange, isPartial: false, bodyEnd: length,
+            bodyAccepted: true)
+        return .writeBody(
+            BodyPlan(offset: 0, newFile: newFile, event: .started(atOffset: 0, expectedLength: length)))
     }
 
     private mutating func receiveUnsatisfiable(_ head: ResponseHead, _ current: Exchange) -> Outcome {
@@ -370,21 +288,19 @@ struct ResumeStateMachine: Sendable {
             // Ambiguous (RFC 9110 §15.5.17): do not guess the file is complete; fetch it again.
             return restart(.unsatisfiableRange("416 without a usable Content-Range"))
         }
-        let etag = head.value("ETag")
-        let lastModified = head.value("Last-Modified")
-        let unchanged =
-            (etag == nil || etag == validators.etag)
-            && (lastModified == nil || lastModified == validators.lastModified)
-        guard completeLength == offset, unchanged, expectedLength == nil || expectedLength == completeLength else {
-            return restart(.unsatisfiableRange("the file on the server has \(completeLength) bytes, not \(offset)"))
+        guard completeLength == state.offset, state.validators.agree(with: head),
+            state.expectedLength == nil || state.expectedLength == completeLength
+        else {
+            return restart(
+                .unsatisfiableRange("the file on the server has \(completeLength) bytes, not \(state.offset)"))
         }
-        expectedLength = completeLength
+        state.expectedLength = completeLength
         lastStatus = 416
         exchange = nil
         return .finished
     }
 
-    private mutating func restartOrFail(_ reason: RestartReason, _ current: Exchange) -> HeadDecision {
+    private mutating func restartOrFail(_ reason: RestartReason, _ current: Exchange) -> HeadAction {
         guard current.sentRange else {
             // Nothing was asked for but the whole: a 206 that cannot be used is a broken server.
             let error = ResumableError(.protocolViolation, "unusable 206 to a request without a range: \(reason)")
@@ -396,19 +312,18 @@ struct ResumeStateMachine: Sendable {
     private mutating func restart(_ reason: RestartReason) -> Outcome {
         restarts += 1
         guard restarts <= Self.maximumRestarts else { return .fail(restartLimitError()) }
-        offset = 0
-        expectedLength = nil
-        validators = Validators()
-        lastRestart = reason
+        dropBytes(reason)
+        state.expectedLength = nil
+        state.validators = Validators()
         exchange = nil
         return .requestAgain
     }
 
-    /// The reason for the last restart decided while skipping a body, for progress reports.
-    private(set) var lastRestart: RestartReason?
-    /// A restart decided in ``nextRequest()`` (the bytes on disk could not be joined safely), reported with
-    /// the next accepted body.
-    private var unreportedRestart: RestartReason?
+    /// Forgets the bytes on disk; the next request starts in a new file.
+    private mutating func dropBytes(_ reason: RestartReason) {
+        if state.offset > 0 { droppedBytes = droppedBytes ?? reason }
+        state.offset = 0
+    }
 
     private func restartLimitError() -> ResumableError {
         ResumableError(
@@ -418,40 +333,43 @@ struct ResumeStateMachine: Sendable {
     }
 
     private mutating func adoptValidators(_ head: ResponseHead) {
-        let etag = head.value("ETag").flatMap { EntityTag($0) != nil ? $0 : nil }
-        let lastModified = head.value("Last-Modified").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
-        let date = head.value("Date").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
-        validators = Validators(etag: etag, lastModified: lastModified, responseDate: date)
-        if !hasNameFromResponse {
+        state.validators = Validators(of: head)
+        if !state.hasNameFromResponse {
             // The first response names the file (after redirects); later ones need not repeat it (§15.3.7).
-            suggestedFilename = SuggestedFilename.choose(
-                contentDisposition: head.value("Content-Disposition"), url: url)
-            hasNameFromResponse = true
+            state.suggestedFilename = SuggestedFilename.choose(
+                contentDisposition: head.value("Content-Disposition"), url: state.url)
+            state.hasNameFromResponse = true
         }
     }
 
     // MARK: - Bodies
 
-    /// Accounts for `count` body bytes about to be written at ``offset``.
+    /// Accounts for `count` body bytes about to be written at the offset; returns where they go.
     ///
     /// Throws when the body runs past what its head announced: those bytes must never reach the file.
-    mutating func receiveBody(count: Int) throws(ResumableError) {
+    @discardableResult
+    mutating func receiveBody(count: Int) throws(ResumableError) -> Int64 {
         guard let current = exchange, current.bodyAccepted else {
             throw ResumableError(.protocolViolation, "body bytes without an accepted response")
         }
-        let end = offset + Int64(count)
+        let position = state.offset
+        let (end, overflow) = position.addingReportingOverflow(Int64(count))
+        if overflow {
+            throw ResumableError(.protocolViolation, "the body is larger than a file can be")
+        }
         if let bodyEnd = current.bodyEnd, end > bodyEnd {
             throw ResumableError(
                 .protocolViolation,
                 "the body runs past its announced end (\(bodyEnd) bytes); the extra bytes were not written"
             )
         }
-        offset = end
+        state.offset = end
+        return position
     }
 
     /// Takes back body bytes that could not be written: the offset is where the failed write began.
     mutating func revertBody(to position: Int64) {
-        offset = min(offset, position)
+        state.offset = min(state.offset, position)
     }
 
     /// Decides what follows a response whose body was accepted, given how the transfer ended.
@@ -461,32 +379,33 @@ struct ResumeStateMachine: Sendable {
         }
         exchange = nil
         if let error {
-            return error.isTransient ? .retry(error) : .fail(error)
+            guard error.isTransient else { return .fail(error) }
+            if !state.isResumable { dropBytes(.contentEncoded) }
+            return .retry(error)
         }
-        if let bodyEnd = current.bodyEnd, offset < bodyEnd {
+        if let bodyEnd = current.bodyEnd, state.offset < bodyEnd {
+            if !state.isResumable { dropBytes(.contentEncoded) }
             return .retry(
-                ResumableError(.incompleteBody, "the body ended after \(offset) of \(bodyEnd) bytes")
-            )
+                ResumableError(.incompleteBody, "the body ended after \(state.offset) of \(bodyEnd) bytes"))
         }
         if current.isPartial {
             // A 206 may cover less than asked (RFC 9110 §15.3.7): ask for the rest.
-            if let expectedLength, offset < expectedLength { return .requestAgain }
-            if expectedLength == nil { return .requestAgain }
+            guard let expected = state.expectedLength, state.offset >= expected else { return .requestAgain }
             return .finished
         }
-        if let expectedLength, offset != expectedLength {
-            return .retry(ResumableError(.incompleteBody, "the body ended after \(offset) of \(expectedLength) bytes"))
+        if let expected = state.expectedLength, state.offset != expected {
+            return .retry(
+                ResumableError(.incompleteBody, "the body ended after \(state.offset) of \(expected) bytes"))
         }
-        expectedLength = offset
+        state.expectedLength = state.offset
         return .finished
     }
 
-    /// Drops the bytes on disk (after a transient failure of a download that cannot be resumed).
-    mutating func discardProgress() {
-        offset = 0
-    }
-
     // MARK: - Helpers
+
+    private static func named(_ header: HTTPHeader, _ name: String) -> Bool {
+        header.name.caseInsensitiveCompare(name) == .orderedSame
+    }
 
     private static func contentEncoding(_ head: ResponseHead) -> String? {
         let encodings = head.values("Content-Encoding")
@@ -510,6 +429,9 @@ struct ResumeStateMachine: Sendable {
 enum ReasonPhrase {
     static func `for`(_ status: Int) -> String {
         switch status {
+        case 202: return "Accepted"
+        case 204: return "No Content"
+        case 205: return "Reset Content"
         case 400: return "Bad Request"
         case 401: return "Unauthorized"
         case 403: return "Forbidden"

@@ -11,23 +11,64 @@ struct InspectCommand: CLICommand {
             .flag("json", help: "Print one JSON object instead of text."),
         ],
         discussion: """
-            Reads and validates the token without touching any file. Exits with 65 when the token is unusable: \
-            missing, malformed, from a newer version, or naming a temporary file that is not a regular file.
+            Reads and validates the token without changing any file, and runs exactly the checks 'resume' runs on \
+            its temporary file (the library's own). Exits with 0 when 'resume TOKEN' would continue; otherwise with \
+            the status 'resume TOKEN' would exit with: 65 for a token that is malformed, from a newer version, \
+            naming a file this tool must not touch, whose temporary file is gone (resume then needs -o PATH), or \
+            whose download already finished; 75 when another download holds the temporary file.
             """
     )
 
-    /// How the temporary file compares with the token.
-    enum TemporaryFileState: String, Sendable {
-        /// It holds exactly the token's offset.
-        case consistent
-        /// It holds fewer bytes: a resume continues from its size.
-        case shorter
-        /// It holds more bytes: a resume cuts it to the offset first.
-        case longer
-        /// It is gone: a resume starts over.
-        case missing
-        /// It is a symbolic link, a directory or another non-regular file: a resume refuses the token.
-        case notRegularFile = "not-a-regular-file"
+    /// How the temporary file compares with the token: the library's own verdict, the one `resume` acts on.
+    struct Verdict {
+        /// `consistent`, `shorter`, `longer`, `missing`, `finished` or `refused`.
+        let state: String
+        /// The sentence shown in the text report.
+        let sentence: String
+        /// The temporary file's size, when present.
+        let size: Int64?
+        /// The exit status: 0 when `resume TOKEN` would continue, else what `resume TOKEN` would exit with.
+        let exitCode: ExitCode
+        /// Why `resume TOKEN` would refuse, when it would.
+        let error: ResumableError?
+
+        init(_ report: PartialFileReport, offset: Int64) {
+            size = report.size
+            let bytes = report.size ?? 0
+            switch report.state {
+            case .consistent:
+                (state, sentence, exitCode, error) = (
+                    "consistent", "present, \(bytes) bytes: consistent with the offset", .success, nil
+                )
+            case .shorter:
+                (state, sentence, exitCode, error) = (
+                    "shorter", "present, \(bytes) bytes: shorter than the offset; a resume continues from byte \(bytes)",
+                    .success, nil
+                )
+            case .longer:
+                (state, sentence, exitCode, error) = (
+                    "longer", "present, \(bytes) bytes: longer than the offset; a resume first cuts it to \(offset) bytes",
+                    .success, nil
+                )
+            case .missing:
+                (state, sentence, exitCode, error) = (
+                    "missing",
+                    "missing: nothing proves the token's destination is yours; a resume starts over from byte 0 "
+                        + "only into a destination you choose (resumable resume TOKEN -o PATH)",
+                    ExitCode.dataError, nil
+                )
+            case .finished(let path):
+                (state, sentence, exitCode, error) = (
+                    "finished",
+                    "gone: the download already finished" + (path.map { " ('\($0)')" } ?? "") + "; nothing to resume",
+                    ExitCode.dataError, nil
+                )
+            case .refused(let refusal):
+                (state, sentence, exitCode, error) = (
+                    "refused", "a resume refuses this token: \(refusal.message)", ExitCode.forError(refusal), refusal
+                )
+            }
+        }
     }
 
     /// The token file.
@@ -58,27 +99,18 @@ struct InspectCommand: CLICommand {
             }
             return .dataError
         }
-        let (state, size) = Self.temporaryFile(of: token)
+        // Exactly the checks `resume` runs, from the library.
+        let verdict = Verdict(Reconciliation.inspect(token), offset: token.offset)
         if json {
-            Console.out(Self.jsonReport(token, state: state, size: size, tokenURL: tokenURL).serialized)
+            Console.out(Self.jsonReport(token, verdict: verdict, tokenURL: tokenURL).serialized)
         } else {
-            Console.out(Self.textReport(token, state: state, size: size, tokenURL: tokenURL))
+            Console.out(Self.textReport(token, verdict: verdict, tokenURL: tokenURL))
         }
-        return state == .notRegularFile ? .dataError : .success
-    }
-
-    /// The state and size of the token's temporary file, looked at without following links.
-    static func temporaryFile(of token: ResumeToken) -> (TemporaryFileState, Int64?) {
-        var status = stat()
-        guard lstat(token.tempPath, &status) == 0 else { return (.missing, nil) }
-        guard (status.st_mode & S_IFMT) == S_IFREG else { return (.notRegularFile, nil) }
-        let size = Int64(status.st_size)
-        if size == token.offset { return (.consistent, size) }
-        return (size < token.offset ? .shorter : .longer, size)
+        return verdict.exitCode
     }
 
     private static func textReport(
-        _ token: ResumeToken, state: TemporaryFileState, size: Int64?, tokenURL: URL
+        _ token: ResumeToken, verdict: Verdict, tokenURL: URL
     ) -> String {
         var lines: [(String, String)] = [
             ("Token", tokenURL.path),
@@ -102,30 +134,18 @@ struct InspectCommand: CLICommand {
             lines.append(("Accept-Ranges", "none (the server advises against resuming; a resume may start over)"))
         }
         lines.append(("Temporary file", token.tempPath))
-        lines.append(("  state", describe(state, size: size, offset: token.offset)))
+        lines.append(("  state", verdict.sentence))
         lines.append(("Destination", destination(of: token)))
         lines.append(("Created", timestamp(token.createdAt)))
         lines.append(("Updated", timestamp(token.updatedAt)))
         if !token.headers.isEmpty {
             lines.append(("Headers", token.headers.keys.sorted().joined(separator: ", ")))
         }
-        return lines.map { ($0.0 + ":").padding(toLength: 16, withPad: " ", startingAt: 0) + $0.1 }
-            .joined(separator: "\n")
-    }
-
-    private static func describe(_ state: TemporaryFileState, size: Int64?, offset: Int64) -> String {
-        switch state {
-        case .consistent:
-            return "present, \(size ?? 0) bytes: consistent with the offset"
-        case .shorter:
-            return "present, \(size ?? 0) bytes: shorter than the offset; a resume continues from byte \(size ?? 0)"
-        case .longer:
-            return "present, \(size ?? 0) bytes: longer than the offset; a resume first cuts it to \(offset) bytes"
-        case .missing:
-            return "missing: a resume starts over from byte 0"
-        case .notRegularFile:
-            return "not a regular file: a resume refuses this token"
+        // Every value may come from the token (a hostile one, too): escaped, so none can control the terminal.
+        return lines.map {
+            ($0.0 + ":").padding(toLength: 16, withPad: " ", startingAt: 0) + TerminalText.escaped($0.1)
         }
+        .joined(separator: "\n")
     }
 
     private static func destination(of token: ResumeToken) -> String {
@@ -145,7 +165,7 @@ struct InspectCommand: CLICommand {
     }
 
     private static func jsonReport(
-        _ token: ResumeToken, state: TemporaryFileState, size: Int64?, tokenURL: URL
+        _ token: ResumeToken, verdict: Verdict, tokenURL: URL
     ) -> JSONValue {
         // The token itself, exactly in its documented JSON form (re-serialized on one line).
         var tokenJSON = JSONValue.null
@@ -169,12 +189,13 @@ struct InspectCommand: CLICommand {
                 "temporaryFile",
                 .object([
                     ("path", .string(token.tempPath)),
-                    ("state", .string(state.rawValue)),
-                    ("size", .int(size)),
+                    ("state", .string(verdict.state)),
+                    ("size", .int(verdict.size)),
+                    ("error", verdict.error.map(EventJSON.error) ?? .null),
                 ])
             ),
             ("token", tokenJSON),
-            ("exitCode", .int(Int64(state == .notRegularFile ? ExitCode.dataError.rawValue : 0))),
+            ("exitCode", .int(Int64(verdict.exitCode.rawValue))),
         ])
     }
 }

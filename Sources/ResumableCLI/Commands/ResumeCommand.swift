@@ -9,12 +9,19 @@ struct ResumeCommand: CLICommand {
         arguments: [
             .positional("token", help: "The resume token file that 'get' (or an earlier 'resume') left behind."),
             .option(
+                "output", short: "o", value: "path",
+                help: "Where the finished file goes, as for 'get'. Needed when the token's temporary file is gone "
+                    + "(nothing then proves its destination is yours). Default: the token's destination."),
+            .option(
                 "url", value: "url",
                 help: "A new URL for the same content (signed URLs expire); the token's validators still guard it."),
         ] + DownloadOptions.arguments,
         discussion: """
             The token is read and checked first: an unreadable, invalid or newer-version token, or one whose \
-            download already finished, exits with 65 and touches nothing. A token whose temporary file is held by \
+            download already finished, exits with 65 and touches nothing. A token's destination is used only when \
+            its temporary file is present and yours (this library's naming, one link, your user, in that \
+            directory); otherwise pass -o PATH, or it exits with 65. --overwrite applies only to a destination \
+            given with -o. A token whose temporary file is held by \
             a running download exits with 75. Otherwise the download continues with a range request from the \
             token's offset, saving the token to the same file as it goes; on success the token file is removed. \
             SIGINT and SIGTERM pause it again (exit 130 or 143).
@@ -25,6 +32,8 @@ struct ResumeCommand: CLICommand {
     let tokenURL: URL
     /// `--url`, when given.
     let replacementURL: URL?
+    /// `-o`, when given.
+    let destination: DownloadTask.Destination?
     /// The shared options.
     let options: DownloadOptions
 
@@ -34,6 +43,9 @@ struct ResumeCommand: CLICommand {
         tokenURL = URL(fileURLWithPath: path, isDirectory: false)
         replacementURL = try arguments.value("url").map { (text) throws(UsageError) in
             try GetCommand.httpURL(text, option: "option '--url'")
+        }
+        destination = try arguments.value("output").map { (path) throws(UsageError) in
+            try GetCommand.destination(for: path)
         }
         options = try DownloadOptions(arguments)
     }
@@ -50,9 +62,10 @@ struct ResumeCommand: CLICommand {
         renderer.note("Resuming \((replacementURL ?? token.url).absoluteString)")
         let tokenFile = TokenFile(url: tokenURL, knownToken: token)
         let runner = DownloadRunner(options: options, tokenFile: tokenFile, renderer: renderer)
-        let replacementURL = self.replacementURL
+        let (replacementURL, destination) = (self.replacementURL, self.destination)
         return await runner.run { configuration throws(ResumableError) in
-            try DownloadTask.resume(from: token, replacingURL: replacementURL, configuration: configuration)
+            try DownloadTask.resume(
+                from: token, destination: destination, replacingURL: replacementURL, configuration: configuration)
         }
     }
 }

@@ -68,7 +68,7 @@ struct DownloadRunner {
     private func checkpointing() -> DownloadTask.Checkpointing {
         let tokenFile = self.tokenFile
         let renderer = self.renderer
-        return DownloadTask.Checkpointing(interval: .seconds(1)) { token in
+        return DownloadTask.Checkpointing(interval: .seconds(1)) { token throws(ResumableError) in
             switch tokenFile.checkpoint(token) {
             case .success(let url):
                 renderer.emit(EventJSON.checkpoint(token, at: url))
@@ -80,8 +80,8 @@ struct DownloadRunner {
                     renderer.note("warning: " + message)
                 }
             case .failure(let error):
-                renderer.emit(EventJSON.warning("cannot write the resume token: \(error.message)"))
-                renderer.note("warning: cannot write the resume token: \(error.message)")
+                // The library stops the download: it never continues without a token on disk.
+                throw error
             case nil:
                 break
             }

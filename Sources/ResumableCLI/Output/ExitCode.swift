@@ -22,7 +22,7 @@ enum ExitCode: Int32, Sendable {
     /// The exit status for a failed download or resume.
     static func forError(_ error: ResumableError) -> ExitCode {
         switch error.code {
-        case .invalidToken, .newerTokenVersion, .tokenGone:
+        case .invalidToken, .newerTokenVersion, .tokenGone, .destinationRequired:
             return .dataError
         case .tokenInUse, .diskFull:
             // A full disk is temporary too: free space, then `resumable resume`.

@@ -41,7 +41,9 @@ struct TokenReconciliationTests {
         #expect(fixture.ranges() == ["bytes=3000-"])
     }
 
-    @Test("A missing temporary file restarts cleanly and says so", arguments: TransportKind.all)
+    @Test(
+        "A missing temporary file restarts cleanly into the destination the caller chooses, and says so",
+        arguments: TransportKind.all)
     func missingTemporaryFile(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: 10_000)
@@ -49,10 +51,38 @@ struct TokenReconciliationTests {
         let token = try await fixture.interruptedToken(after: 3000)
         try FileManager.default.removeItem(atPath: token.tempPath)
         fixture.server.clearRequests()
-        let task = try fixture.resumeThroughDisk(token)
+        let chosen = fixture.directory.url.appendingPathComponent("chosen.bin")
+        let task = try DownloadTask.resume(
+            from: token, destination: .file(chosen), configuration: DownloadFixture.configuration(transport: transport))
+        var reconciled = false
+        for await event in task.events {
+            if case .reconciled(let tokenOffset, let bytesOnDisk) = event {
+                reconciled = tokenOffset == token.offset && bytesOnDisk == 0
+            }
+        }
         let result = try await task.value
+        #expect(reconciled)
+        #expect(result.fileURL.path == chosen.path)
         #expect(try fixture.contents(of: result.fileURL) == content)
         #expect(fixture.ranges() == [nil])
+    }
+
+    @Test(
+        "Without its temporary file a token's destination is not honored: the caller must choose, nothing is touched",
+        arguments: TransportKind.all)
+    func missingTemporaryFileNeedsDestination(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
+        fixture.serve(.bytes(testBytes(count: 10_000)))
+        let token = try await fixture.interruptedToken(after: 3000)
+        try FileManager.default.removeItem(atPath: token.tempPath)
+        fixture.server.clearRequests()
+        let before = try FileManager.default.contentsOfDirectory(atPath: fixture.directory.url.path)
+        let error = #expect(throws: ResumableError.self) {
+            try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration(transport: transport))
+        }
+        #expect(error?.code == .destinationRequired)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.directory.url.path) == before)
+        #expect(fixture.server.requests.isEmpty)
     }
 
     @Test(
@@ -63,13 +93,16 @@ struct TokenReconciliationTests {
         let content = testBytes(count: 1_000_000)
         fixture.serve(.bytes(content))
         let token = try await fixture.interruptedToken(after: 100_000)
-        fixture.serve(.bytes(content, behavior: Behavior(throttleBytesPerSecond: 5_000_000)))
+        // The first resume is held mid-transfer, so it surely holds the temporary file when the second comes.
+        let gate = fixture.serveHeld(.bytes(content), after: 50_000)
         let first = try DownloadTask.resume(
             from: token, configuration: DownloadFixture.configuration(transport: transport))
+        try await fixture.waitUntilHeld(at: gate, withOnDisk: 150_000)
         let error = #expect(throws: ResumableError.self) {
             try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration(transport: transport))
         }
         #expect(error?.code == .tokenInUse)
+        gate.open()
         let result = try await first.value
         #expect(try fixture.contents(of: result.fileURL) == content)
     }
@@ -114,9 +147,9 @@ struct TokenReconciliationTests {
         "Cancelling deletes the temporary file; pausing before any byte returns no token", arguments: TransportKind.all)
     func cancelAndEmptyPause(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
-        fixture.serve(.bytes(testBytes(count: 2_000_000), behavior: Behavior(throttleBytesPerSecond: 2_000_000)))
+        let gate = fixture.serveHeld(.bytes(testBytes(count: 2_000_000)), after: 100_000)
         let task = try fixture.download()
-        for await progress in task.progress where progress.bytesOnDisk > 10_000 { break }
+        try await fixture.waitUntilHeld(at: gate, withOnDisk: 100_000)
         task.cancel()
         let error = try #require(await failure(of: task))
         #expect(error.code == .cancelled)
@@ -124,7 +157,8 @@ struct TokenReconciliationTests {
 
         fixture.serve(.bytes(testBytes(count: 100), behavior: Behavior(status: 503)))
         let idle = try fixture.download(configuration: DownloadFixture.configuration(retries: 100))
-        try await Task.sleep(for: .milliseconds(50))
+        // Paused between retries of a 503: whenever that is, not a byte was kept.
+        #expect(await fixture.server.waitForRequests(count: 2, path: "/file.bin", timeout: Waiting.deadline))
         #expect(await idle.cancelProducingResumeData() == nil)
         #expect(fixture.directory.contents().isEmpty)
     }

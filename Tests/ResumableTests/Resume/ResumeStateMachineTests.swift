@@ -15,7 +15,7 @@ struct ResumeStateMachineTests {
         ResponseHead(status: status, headers: headers.map { HTTPHeader(name: $0.key, value: $0.value) })
     }
 
-    static func header(_ request: ResumeStateMachine.Request, _ name: String) -> String? {
+    static func header(_ request: ResumeStateMachine.RequestPlan, _ name: String) -> String? {
         request.headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
     }
 
@@ -34,7 +34,7 @@ struct ResumeStateMachineTests {
             Issue.record("a 200 must be written")
             return machine
         }
-        try? machine.receiveBody(count: received)
+        _ = try? machine.receiveBody(count: received)
         _ = machine.responseEnded(error: ResumableError(.network, "reset"))
         return machine
     }
@@ -142,11 +142,11 @@ struct ResumeStateMachineTests {
         let decision = machine.receive(
             Self.head(206, ["Content-Range": "bytes \(offset)-\(Int64.max - 1)/\(Int64.max)", "ETag": Self.strongETag])
         )
-        guard case .writeBody(let resumedAt, nil) = decision else {
+        guard let written = decision.written, written.newFile == nil else {
             Issue.record("expected a join, got \(decision)")
             return
         }
-        #expect(resumedAt == offset)
+        #expect(written.offset == offset)
     }
 
     @Test("The resume offset is the smaller of the token's and the file's")
@@ -169,7 +169,7 @@ struct ResumeStateMachineTests {
         let decision = machine.receive(
             Self.head(206, ["Content-Range": "bytes 40-99/100", "Content-Length": "60", "ETag": Self.strongETag])
         )
-        guard case .writeBody(40, nil) = decision else {
+        guard let written = decision.written, written.offset == 40, written.newFile == nil else {
             Issue.record("expected a join at 40, got \(decision)")
             return
         }
@@ -210,15 +210,15 @@ struct ResumeStateMachineTests {
         #expect(next.offset == 0)
     }
 
-    @Test("The restart decided before the request is reported with the next body")
-    func droppedBytesAreReported() {
+    @Test("Bytes dropped before the request start a new temporary file, once")
+    func droppedBytesStartANewFile() {
         var machine = Self.interrupted(validators: ["ETag": "W/\"v1\""])
-        _ = machine.nextRequest()
+        let plan = machine.nextRequest()
+        #expect(plan.newFile == .noValidators)
+        #expect(plan.offset == 0)
         let decision = machine.receive(Self.head(200, ["Content-Length": "100", "ETag": "W/\"v1\""]))
-        guard case .writeBody(0, .noValidators?) = decision else {
-            Issue.record("expected a reported restart, got \(decision)")
-            return
-        }
+        #expect(decision.written?.offset == 0)
+        #expect(decision.written?.newFile == nil, "the file was already switched before the request")
     }
 
     @Test("A short 206 is continued with another range request")
@@ -264,7 +264,8 @@ struct ResumeStateMachineTests {
     func partialWithoutRange() {
         var machine = ResumeStateMachine(url: Self.url, headers: [], maximumRedirects: 10)
         _ = machine.nextRequest()
-        guard case .writeBody(0, nil) = machine.receive(Self.head(206, ["Content-Range": "bytes 0-99/100"])) else {
+        let decision = machine.receive(Self.head(206, ["Content-Range": "bytes 0-99/100"]))
+        guard let written = decision.written, written.offset == 0, written.newFile == nil else {
             Issue.record("expected a write from 0")
             return
         }
@@ -283,7 +284,7 @@ struct ResumeStateMachineTests {
         var machine = Self.interrupted()
         _ = machine.nextRequest()
         let decision = machine.receive(Self.head(200, ["Content-Length": "120", "ETag": "\"v2\""]))
-        guard case .writeBody(0, .representationChanged?) = decision else {
+        guard let written = decision.written, written.offset == 0, written.newFile == .representationChanged else {
             Issue.record("expected a restart, got \(decision)")
             return
         }
@@ -297,7 +298,7 @@ struct ResumeStateMachineTests {
         var machine = Self.interrupted()
         _ = machine.nextRequest()
         let decision = machine.receive(Self.head(200, ["Content-Length": "100", "ETag": Self.strongETag]))
-        guard case .writeBody(0, .wholeRepresentation?) = decision else {
+        guard let written = decision.written, written.offset == 0, written.newFile == .wholeRepresentation else {
             Issue.record("expected a restart, got \(decision)")
             return
         }
@@ -480,7 +481,7 @@ struct ResumeStateMachineTests {
             _ = machine.nextRequest()
             switch machine.receive(Self.head(200, ["Content-Length": "100", "ETag": "\"v\(UUID())\""])) {
             case .writeBody:
-                try? machine.receiveBody(count: 10)
+                _ = try? machine.receiveBody(count: 10)
                 _ = machine.responseEnded(error: ResumableError(.network, "reset"))
             case .skipBody(.fail):
                 failed = true

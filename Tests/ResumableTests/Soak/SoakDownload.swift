@@ -32,8 +32,9 @@ final class SoakWatchedTask: Sendable {
 /// content registered last. Every token met on the way must describe the bytes on disk: its first `offset`
 /// bytes are a prefix of the version its validators name.
 struct SoakDownload {
-    /// How long one download may take before it counts as hung.
-    static let deadline = Duration.seconds(30)
+    /// How long one download may take before it counts as hung: generous, as the soak runs beside the whole
+    /// suite in parallel, where a busy machine can keep a download waiting for many seconds.
+    static let deadline = Duration.seconds(120)
 
     let plan: SoakPlan
     let server: LoopbackServer
@@ -262,7 +263,12 @@ struct SoakDownload {
             tamper(with: decoded.tempPath, offset: decoded.offset)
             report.journal.append("resumed at \(decoded.offset)")
             servedBeforeTask = consumedSteps
-            return SoakWatchedTask(try DownloadTask.resume(from: decoded, configuration: configuration))
+            // Without its temporary file a token proves nothing about its destination: the caller chooses.
+            let gone = !FileManager.default.fileExists(atPath: decoded.tempPath)
+            let destination: DownloadTask.Destination? =
+                gone ? .directory(URL(fileURLWithPath: (decoded.tempPath as NSString).deletingLastPathComponent)) : nil
+            return SoakWatchedTask(
+                try DownloadTask.resume(from: decoded, destination: destination, configuration: configuration))
         } catch {
             report.outcome = .unexpectedError("resume " + Self.label(error))
             report.detail = "resuming from \(Self.describe(token)) failed: \(error)"

@@ -1,0 +1,44 @@
+import Foundation
+
+/// Moves a finished temporary file into place under the destination's rules.
+struct Finisher: Sendable {
+    let destination: DownloadTask.Destination
+    let existingFile: DownloadTask.ExistingFilePolicy
+
+    /// Moves `file` to its final path and returns that path.
+    func moveIntoPlace(_ file: PartialFile, suggestedFilename: String) throws(ResumableError) -> String {
+        let directory = destination.directoryPath
+        let wanted: String
+        switch destination.kind {
+        case .directory(let path): wanted = (path as NSString).appendingPathComponent(suggestedFilename)
+        case .file(let path): wanted = path
+        }
+        switch existingFile {
+        case .overwrite:
+            try file.move(to: wanted, replacing: true)
+            return wanted
+        case .fail:
+            do {
+                try file.move(to: wanted, replacing: false)
+            } catch where FileManager.default.fileExists(atPath: wanted) {
+                throw ResumableError(.destinationExists, "'\(wanted)' already exists")
+            }
+            return wanted
+        case .chooseFreeName:
+            let name = (wanted as NSString).lastPathComponent
+            for _ in 0..<100 {
+                let free = SuggestedFilename.available(name) { candidate in
+                    FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent(candidate))
+                }
+                let path = (directory as NSString).appendingPathComponent(free)
+                do {
+                    try file.move(to: path, replacing: false)
+                    return path
+                } catch where FileManager.default.fileExists(atPath: path) {
+                    continue  // Taken between the check and the move: try the next free name.
+                }
+            }
+            throw ResumableError(.destinationExists, "no free name for '\(wanted)'")
+        }
+    }
+}

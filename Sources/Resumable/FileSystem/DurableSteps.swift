@@ -1,0 +1,49 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Every step that changes what is on disk — a write, a flush, a truncation, a token write, a rename, a
+/// link, an unlink — passes through here, so that crash consistency can be tested step by step.
+///
+/// In debug builds two environment variables turn it into a crash-point seam (the method of SQLite's crash
+/// tests and of the ALICE study): `RESUMABLE_STEP_LOG=FILE` appends one line per step (`N kind path`), and
+/// `RESUMABLE_CRASH_AFTER_STEP=N` ends the process with `_exit(137)` right after step N, as `kill -9` would.
+/// Release builds compile both away.
+package enum DurableSteps {
+    /// What a step did.
+    package enum Kind: String, Sendable {
+        case create, write, flush, truncate, tokenWrite = "token-write", rename, link, unlink
+    }
+
+    #if DEBUG
+        private static let configuration: (log: Int32?, crashAfter: Int?) = {
+            let environment = ProcessInfo.processInfo.environment
+            let log = environment["RESUMABLE_STEP_LOG"].map {
+                open($0, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+            }
+            let crashAfter = environment["RESUMABLE_CRASH_AFTER_STEP"].flatMap { Int($0) }
+            return (log.flatMap { $0 >= 0 ? $0 : nil }, crashAfter)
+        }()
+        private static let counter = Atomic<Int>(0)
+    #endif
+
+    /// Records that a step of `kind` on `path` completed.
+    @inline(__always)
+    package static func record(_ kind: Kind, _ path: String) {
+        #if DEBUG
+            let configuration = self.configuration
+            guard configuration.log != nil || configuration.crashAfter != nil else { return }
+            let number = counter.add(1, ordering: .sequentiallyConsistent).newValue
+            if let log = configuration.log {
+                let line = Array("\(number) \(kind.rawValue) \(path)\n".utf8)
+                _ = line.withUnsafeBytes { Glibc.write(log, $0.baseAddress, $0.count) }
+            }
+            if number == configuration.crashAfter { _exit(137) }
+        #endif
+    }
+}

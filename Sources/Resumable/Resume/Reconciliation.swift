@@ -1,0 +1,219 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// What a token's temporary file proves, as `resume` and `inspect` both see it.
+package struct PartialFileReport: Sendable {
+    /// The verdict.
+    package enum State: Sendable {
+        /// Present, ours, and exactly the token's offset long.
+        case consistent
+        /// Present and ours, but shorter: a resume continues from its size.
+        case shorter
+        /// Present and ours, but longer: a resume cuts it to the offset first.
+        case longer
+        /// Gone, and the download was not finished: a resume starts over, but only into a destination the
+        /// caller chooses (nothing proves the token's destination is the caller's own); without one it fails
+        /// with ``ResumableError/Code/destinationRequired``.
+        case missing
+        /// The download finished: its file was moved into place (to `path`, when known).
+        case finished(path: String?)
+        /// A resume refuses this token.
+        case refused(ResumableError)
+    }
+
+    /// The verdict.
+    package let state: State
+    /// The temporary file's size, when it is present and ours.
+    package let size: Int64?
+}
+
+/// Reconciles a token with what is on disk, before a resume touches anything: one set of checks shared by
+/// ``DownloadTask/resume(from:destination:replacingURL:configuration:)`` and the CLI's `inspect`.
+///
+/// A token is data from outside, possibly from another user: its `destination` and `tempPath` are honored
+/// only when they prove to be this user's own download here — the temporary file exists, has this library's
+/// naming, lies in the destination's directory (or the configured temporary directory), is a regular file
+/// with one link that belongs to this user. Otherwise the caller must choose the destination.
+package enum Reconciliation {
+    /// A token opened for resuming.
+    struct Opened {
+        /// The temporary file, locked.
+        let file: PartialFile
+        /// Its size.
+        let bytesOnDisk: Int64
+        /// Where the finished file goes.
+        let destination: DownloadTask.Destination
+        /// Whether only the token named ``destination`` (the caller did not).
+        let destinationFromToken: Bool
+        /// Whether the token's temporary file was missing and a new one was started.
+        let startedOver: Bool
+    }
+
+    /// The result of examining the token's temporary file through `open`.
+    private enum Examination<Handle> {
+        case present(Handle, size: Int64)
+        case missing
+        case finished(path: String?, strayLink: Bool)
+    }
+
+    /// Reports what a resume would find, without changing anything.
+    package static func inspect(
+        _ token: ResumeToken, destination: DownloadTask.Destination? = nil, temporaryDirectory: URL? = nil
+    ) -> PartialFileReport {
+        do throws(ResumableError) {
+            let examination = try examine(token, destination: destination, temporaryDirectory: temporaryDirectory) {
+                (path) throws(ResumableError) -> (Void, Int64) in
+                let descriptor = Glibc.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+                guard descriptor >= 0 else { throw PartialFile.openError(path, errno: errno) }
+                defer { close(descriptor) }
+                var status = stat()
+                guard fstat(descriptor, &status) == 0 else {
+                    throw .fileSystem("inspecting", path: path, errno: errno)
+                }
+                try PartialFile.checkOwnership(status, path: path)
+                // The same lock a resume takes, released at once: a file in use is reported as such.
+                guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+                    throw ResumableError(
+                        .tokenInUse, "the temporary file '\(path)' is in use by another download (task or process)")
+                }
+                return ((), Int64(status.st_size))
+            }
+            switch examination {
+            case .present(_, let size):
+                let state: PartialFileReport.State =
+                    size == token.offset ? .consistent : size < token.offset ? .shorter : .longer
+                return PartialFileReport(state: state, size: size)
+            case .missing:
+                return PartialFileReport(state: .missing, size: nil)
+            case .finished(let path, _):
+                return PartialFileReport(state: .finished(path: path), size: nil)
+            }
+        } catch {
+            return PartialFileReport(state: .refused(error), size: nil)
+        }
+    }
+
+    /// Opens the token's temporary file for a resume, or starts a new one when it is gone and the caller
+    /// chose a destination.
+    ///
+    /// - Throws: ``ResumableError/Code/invalidToken`` for a file this library must not touch;
+    ///   ``ResumableError/Code/destinationRequired`` when the file is gone and no destination was given;
+    ///   ``ResumableError/Code/tokenGone`` when the download already finished;
+    ///   ``ResumableError/Code/tokenInUse`` when another task holds the file.
+    static func open(
+        _ token: ResumeToken, destination: DownloadTask.Destination?, temporaryDirectory: URL?
+    ) throws(ResumableError) -> Opened {
+        let examination = try examine(token, destination: destination, temporaryDirectory: temporaryDirectory) {
+            (path) throws(ResumableError) -> (PartialFile, Int64) in
+            let file = try PartialFile.openExisting(at: path)
+            return (file, try file.size())
+        }
+        switch examination {
+        case .present(let file, let size):
+            return Opened(
+                file: file,
+                bytesOnDisk: size,
+                destination: destination ?? tokenDestination(token),
+                destinationFromToken: destination == nil,
+                startedOver: false
+            )
+        case .missing:
+            guard let destination else { throw destinationRequired(token) }
+            let directory = temporaryDirectory?.standardizedFileURL.path ?? destination.directoryPath
+            let file = try PartialFile.create(in: directory)
+            return Opened(
+                file: file, bytesOnDisk: 0, destination: destination, destinationFromToken: false, startedOver: true)
+        case .finished(let path, let strayLink):
+            if strayLink, unlink(token.tempPath) == 0 { DurableSteps.record(.unlink, token.tempPath) }
+            throw ResumableError(
+                .tokenGone,
+                "the download already finished" + (path.map { ": its file is '\($0)'" } ?? "")
+                    + "; nothing to resume"
+            )
+        }
+    }
+
+    /// The destination a token names; `nil` in the token means the temporary file's directory.
+    static func tokenDestination(_ token: ResumeToken) -> DownloadTask.Destination {
+        DownloadTask.Destination(tokenValue: token.destination, tempPath: token.tempPath)
+    }
+
+    private static func destinationRequired(_ token: ResumeToken) -> ResumableError {
+        ResumableError(
+            .destinationRequired,
+            "the token's temporary file '\(token.tempPath)' is gone, so nothing proves that its destination "
+                + "'\(tokenDestination(token).tokenValue)' is yours; choose where the file goes "
+                + "(resumable resume TOKEN -o PATH; in the library, pass a destination)"
+        )
+    }
+
+    /// The checks, in order: placement, then the file itself through `open` (which applies
+    /// ``PartialFile/checkOwnership(_:path:)``), then how a missing or doubly linked file came to be.
+    private static func examine<Handle>(
+        _ token: ResumeToken,
+        destination: DownloadTask.Destination?,
+        temporaryDirectory: URL?,
+        open: (String) throws(ResumableError) -> (Handle, Int64)
+    ) throws(ResumableError) -> Examination<Handle> {
+        try checkPlacement(token, destination: destination, temporaryDirectory: temporaryDirectory)
+        if let finishedAt = interruptedFinish(token) {
+            return .finished(path: finishedAt, strayLink: true)
+        }
+        do throws(ResumableError) {
+            let (handle, size) = try open(token.tempPath)
+            return .present(handle, size: size)
+        } catch where error.code == .tokenGone {
+            // Finishing writes a last token whose offset is the whole length before the move; a token like
+            // that without its file means the move happened.
+            if let length = token.expectedLength, token.offset == length {
+                return .finished(path: nil, strayLink: false)
+            }
+            return .missing
+        }
+    }
+
+    /// Throws unless the temporary file lies directly in the token's destination directory, the caller's
+    /// destination directory, or the configured temporary directory.
+    private static func checkPlacement(
+        _ token: ResumeToken, destination: DownloadTask.Destination?, temporaryDirectory: URL?
+    ) throws(ResumableError) {
+        let directory = (token.tempPath as NSString).deletingLastPathComponent
+        var allowed = [tokenDestination(token).directoryPath]
+        if let destination { allowed.append(destination.directoryPath) }
+        if let temporaryDirectory { allowed.append(temporaryDirectory.standardizedFileURL.path) }
+        let normalized = allowed.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        guard normalized.contains(URL(fileURLWithPath: directory).standardizedFileURL.path) else {
+            throw ResumableError.invalidToken(
+                field: "tempPath",
+                "is not in the destination's directory (\(tokenDestination(token).directoryPath)): \(token.tempPath)"
+            )
+        }
+    }
+
+    /// The finished file's path when a finish was interrupted between `link` and `unlink` (only where
+    /// `renameat2` is missing): the temporary file then has a second name, the destination, and the same
+    /// inode. `nil` otherwise.
+    private static func interruptedFinish(_ token: ResumeToken) -> String? {
+        var temporary = stat()
+        guard lstat(token.tempPath, &temporary) == 0, (temporary.st_mode & S_IFMT) == S_IFREG,
+            temporary.st_nlink == 2, temporary.st_uid == geteuid(),
+            let length = token.expectedLength, token.offset == length, Int64(temporary.st_size) == length
+        else { return nil }
+        let destination = tokenDestination(token)
+        let candidate: String
+        switch destination.kind {
+        case .directory(let path): candidate = (path as NSString).appendingPathComponent(token.suggestedFilename)
+        case .file(let path): candidate = path
+        }
+        var finished = stat()
+        guard lstat(candidate, &finished) == 0, finished.st_dev == temporary.st_dev,
+            finished.st_ino == temporary.st_ino
+        else { return nil }
+        return candidate
+    }
+}

@@ -1,0 +1,122 @@
+import Foundation
+
+/// Everything a download must remember to continue: the one owner of the resume state.
+///
+/// A ``ResumeToken`` is this value's stored form and nothing else: a token is made only by
+/// ``token(updatedAt:)`` and read only by ``init(token:destination:tempPath:bytesOnDisk:replacingURL:headers:sensitiveHeaderNames:)``.
+/// The ``ResumeStateMachine`` is the only code that changes it.
+struct ResumeState: Hashable, Sendable {
+    /// The URL the next request goes to (after redirects).
+    var url: URL
+    /// The URL the download was started with; credentials are sent to its origin only.
+    var originalURL: URL
+    /// How many bytes at the start of ``tempPath`` belong to the representation ``validators`` describe.
+    var offset: Int64
+    /// The size of the whole representation, when known.
+    var expectedLength: Int64?
+    /// The validators the bytes on disk were received under.
+    var validators: Validators
+    /// The last `Accept-Ranges` received.
+    var acceptRanges: String?
+    /// The sanitized name for a destination that is a directory.
+    var suggestedFilename: String
+    /// Whether a response already named the file (later ones need not repeat it).
+    var hasNameFromResponse: Bool
+    /// Every request header the caller asked for, merged and validated (credentials included: they are
+    /// filtered when a token is made and when a request crosses origins).
+    var headers: [HTTPHeader]
+    /// Header names the caller marked as credentials, lowercased, beyond the built-in rule.
+    var sensitiveHeaderNames: Set<String>
+    /// Where the finished file goes.
+    var destination: DownloadTask.Destination
+    /// The temporary file holding the first ``offset`` bytes.
+    var tempPath: String
+    /// When the download started.
+    var createdAt: Date
+    /// `false` once a content-encoded answer was accepted: offsets then count decoded bytes, which no
+    /// range request can continue.
+    var isResumable = true
+
+    /// The state of a new download.
+    init(
+        url: URL,
+        headers: [HTTPHeader],
+        sensitiveHeaderNames: Set<String>,
+        destination: DownloadTask.Destination,
+        tempPath: String,
+        createdAt: Date
+    ) {
+        self.url = url
+        self.originalURL = url
+        self.offset = 0
+        self.expectedLength = nil
+        self.validators = Validators()
+        self.acceptRanges = nil
+        self.suggestedFilename = SuggestedFilename.choose(contentDisposition: nil, url: url)
+        self.hasNameFromResponse = false
+        self.headers = headers
+        self.sensitiveHeaderNames = Set(sensitiveHeaderNames.map { $0.lowercased() })
+        self.destination = destination
+        self.tempPath = tempPath
+        self.createdAt = createdAt
+    }
+
+    /// The state a token describes, continued in `tempPath`, which holds `bytesOnDisk` bytes.
+    ///
+    /// The offset is the smaller of the token's and the file's: a lost tail is downloaded again, and bytes
+    /// beyond the token's offset are not trusted (they are cut off before the next request).
+    init(
+        token: ResumeToken,
+        destination: DownloadTask.Destination,
+        tempPath: String,
+        bytesOnDisk: Int64,
+        replacingURL: URL?,
+        headers: [HTTPHeader],
+        sensitiveHeaderNames: Set<String>
+    ) {
+        self.url = replacingURL ?? token.url
+        self.originalURL = replacingURL ?? token.originalURL
+        self.offset = tempPath == token.tempPath ? min(token.offset, bytesOnDisk) : 0
+        self.expectedLength = token.expectedLength
+        self.validators = Validators(
+            etag: token.etag, lastModified: token.lastModified, responseDate: token.responseDate)
+        self.acceptRanges = token.acceptRanges
+        self.suggestedFilename = token.suggestedFilename
+        self.hasNameFromResponse = true
+        self.headers = headers
+        self.sensitiveHeaderNames = Set(sensitiveHeaderNames.map { $0.lowercased() })
+        self.destination = destination
+        self.tempPath = tempPath
+        self.createdAt = token.createdAt
+    }
+
+    /// Whether `name` carries credentials: never stored in a token, never sent to another origin.
+    func isSensitive(_ name: String) -> Bool {
+        SensitiveHeaders.contains(name) || sensitiveHeaderNames.contains(name.lowercased())
+    }
+
+    /// The token for this state. A download that cannot be resumed records offset 0: the file then holds
+    /// nothing a resume may keep, which is still a true statement about it.
+    func token(updatedAt: Date = Date()) -> ResumeToken {
+        var stored: [String: String] = [:]
+        for header in headers where !isSensitive(header.name) {
+            stored[header.name] = header.value
+        }
+        return ResumeToken(
+            url: url,
+            originalURL: originalURL,
+            offset: isResumable ? offset : 0,
+            expectedLength: expectedLength,
+            etag: validators.etag,
+            lastModified: validators.lastModified,
+            responseDate: validators.responseDate,
+            acceptRanges: acceptRanges,
+            tempPath: tempPath,
+            suggestedFilename: suggestedFilename,
+            destination: destination.tokenValue,
+            headers: stored,
+            createdAt: createdAt,
+            updatedAt: updatedAt
+        )
+    }
+}

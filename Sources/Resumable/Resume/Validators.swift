@@ -1,0 +1,42 @@
+import Foundation
+
+/// The validators the bytes on disk were received under, exactly as received.
+struct Validators: Hashable, Sendable {
+    var etag: String?
+    var lastModified: String?
+    var responseDate: String?
+
+    /// The value for `If-Range`: a strong entity tag, or else a strong Last-Modified date (RFC 9110
+    /// §13.1.5, §8.8.2.2); `nil` when neither is usable.
+    var ifRange: String? {
+        if let etag {
+            guard let tag = EntityTag(etag), !tag.isWeak else { return nil }
+            return etag
+        }
+        guard let lastModified, let modified = HTTPDate.parse(lastModified),
+            let dateHeader = responseDate, let date = HTTPDate.parse(dateHeader),
+            date.timeIntervalSince(modified) >= 1
+        else { return nil }
+        return lastModified
+    }
+
+    /// The validators a response carries; values a header could not carry are dropped.
+    init(of head: ResponseHead) {
+        etag = head.value("ETag").flatMap { EntityTag($0) != nil ? $0 : nil }
+        lastModified = head.value("Last-Modified").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
+        responseDate = head.value("Date").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
+    }
+
+    init(etag: String? = nil, lastModified: String? = nil, responseDate: String? = nil) {
+        self.etag = etag
+        self.lastModified = lastModified
+        self.responseDate = responseDate
+    }
+
+    /// Whether a response's validators, where it sends any, are these (RFC 9110 §15.3.7.3).
+    func agree(with head: ResponseHead) -> Bool {
+        if let etag = head.value("ETag"), etag != self.etag { return false }
+        if let lastModified = head.value("Last-Modified"), lastModified != self.lastModified { return false }
+        return true
+    }
+}
