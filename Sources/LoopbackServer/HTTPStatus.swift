@@ -5,6 +5,8 @@ enum HTTPStatus {
         switch code {
         case 100: "Continue"
         case 101: "Switching Protocols"
+        case 102: "Processing"
+        case 103: "Early Hints"
         case 200: "OK"
         case 201: "Created"
         case 202: "Accepted"

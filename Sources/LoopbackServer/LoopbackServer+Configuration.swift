@@ -9,6 +9,14 @@ extension LoopbackServer {
         public var throttleBytesPerSecond: Int?
         /// Close each connection after sending this many body bytes unless a ``Behavior`` overrides it.
         public var dropAfterBytes: Int64?
+        /// Keep connections open between requests (HTTP/1.1 persistent connections); `false` by default, when
+        /// every response carries `Connection: close`.
+        ///
+        /// A connection stays open only after a response whose body was framed exactly and sent whole: never
+        /// after a scripted response, a cut body (``Behavior/dropAfterBytes``), a ``Behavior/contentLengthOverride``,
+        /// or a request with `Connection: close` or a body. ``RecordedRequest/connection`` tells which requests
+        /// shared a connection.
+        public var keepAlive: Bool
 
         /// Creates a configuration.
         ///
@@ -17,16 +25,19 @@ extension LoopbackServer {
         ///   - port: The port, 0 for a random free one.
         ///   - throttleBytesPerSecond: Server-wide body pacing.
         ///   - dropAfterBytes: Server-wide body cut-off.
+        ///   - keepAlive: Keep connections open between requests.
         public init(
             host: String = "127.0.0.1",
             port: UInt16 = 0,
             throttleBytesPerSecond: Int? = nil,
-            dropAfterBytes: Int64? = nil
+            dropAfterBytes: Int64? = nil,
+            keepAlive: Bool = false
         ) {
             self.host = host
             self.port = port
             self.throttleBytesPerSecond = throttleBytesPerSecond
             self.dropAfterBytes = dropAfterBytes
+            self.keepAlive = keepAlive
         }
     }
 }

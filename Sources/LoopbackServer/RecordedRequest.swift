@@ -15,6 +15,10 @@ public struct RecordedRequest: Sendable {
     public let version: String
     /// The request headers in the order received.
     public let headers: [HeaderField]
+    /// Which connection the request came on: the server numbers the connections it accepts 1, 2, 3, … in
+    /// order, so requests with the same number shared one connection (see
+    /// ``LoopbackServer/Configuration/keepAlive``); 0 when made by hand without one.
+    public internal(set) var connection: Int
 
     /// Creates a recorded request.
     ///
@@ -25,13 +29,15 @@ public struct RecordedRequest: Sendable {
     ///   - query: The query without the `?`, if any.
     ///   - version: The HTTP version string.
     ///   - headers: The headers in order.
+    ///   - connection: The number of the connection it came on.
     public init(
         method: String,
         target: String,
         path: String,
         query: String? = nil,
         version: String = "HTTP/1.1",
-        headers: [HeaderField]
+        headers: [HeaderField],
+        connection: Int = 0
     ) {
         self.method = method
         self.target = target
@@ -39,6 +45,7 @@ public struct RecordedRequest: Sendable {
         self.query = query
         self.version = version
         self.headers = headers
+        self.connection = connection
     }
 
     /// The first value of the header called `name`, compared case-insensitively.

@@ -4,8 +4,11 @@ import Synchronization
 
 /// A transport that drives libcurl directly, loaded at run time (see ``CurlLibrary``).
 ///
-/// Each request runs on its own `Thread` with a private multi handle and one easy handle: the thread loops
-/// `curl_multi_perform` / `curl_multi_poll`, so no Swift concurrency thread ever blocks. Body bytes go from
+/// Each request runs on its own `Thread` with a multi handle and one easy handle: the thread loops
+/// `curl_multi_perform` / `curl_multi_poll`, so no Swift concurrency thread ever blocks. The multi handle owns
+/// curl's connection cache: with ``connections`` set (a session, from ``DownloadTask/Transport/makeSession()``),
+/// each request takes the multi handle the previous one left there, and with it the kept-alive connection; without,
+/// each request has a multi handle, and so a connection, of its own. Body bytes go from
 /// curl's receive buffer straight to the consumer, whose synchronous write is the backpressure: curl reads
 /// nothing more from the socket until the callback returns, so memory stays at one buffer per transfer however
 /// slow the disk is.
@@ -18,7 +21,7 @@ import Synchronization
 /// follow redirects, and decode a `Content-Encoding` the server applied despite `Accept-Encoding: identity`,
 /// as FoundationNetworking does. Proxies come from the environment as curl reads them (`http_proxy`,
 /// `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`), except that loopback hosts are always reached directly.
-struct CurlTransport: HTTPTransport {
+struct CurlTransport: TransportSession {
     /// The size of curl's receive buffer: the most one `recv` reads. curl still hands the write callback at most
     /// 16 KiB (`CURL_MAX_WRITE_SIZE`) at a time. Measured on loopback with a 1 GiB file, 512 KiB needs a third
     /// less CPU than curl's default 16 KiB; 1 MiB gains nothing more.
@@ -26,9 +29,13 @@ struct CurlTransport: HTTPTransport {
 
     let library: CurlLibrary
     var bufferSize = CurlTransport.defaultBufferSize
+    /// Where a request leaves its multi handle, and with it curl's connection cache, for the next request of the
+    /// same session; `nil`: every request on a multi handle of its own.
+    var connections: CurlConnectionCache?
 
     func execute(_ request: TransportRequest, consumer: some ResponseConsumer) async throws(ResumableError) {
-        let transfer = CurlTransfer(library: library, request: request, consumer: consumer, bufferSize: bufferSize)
+        let transfer = CurlTransfer(
+            library: library, request: request, consumer: consumer, bufferSize: bufferSize, connections: connections)
         let outcome: Result<Void, ResumableError> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 transfer.start(continuation)
@@ -37,6 +44,12 @@ struct CurlTransport: HTTPTransport {
             transfer.cancel()
         }
         try outcome.get()
+    }
+
+    /// Closes ``connections``: the kept-alive connections are closed and later requests fail. Without a cache there
+    /// is nothing to release.
+    func close() {
+        connections?.close()
     }
 
     /// Whether `url` names this machine: `localhost` (and `*.localhost`), 127.0.0.0/8 or ::1. Such requests never
@@ -66,22 +79,32 @@ private final class CurlTransfer: @unchecked Sendable {
         /// Set when the outcome is decided: the callbacks must not reach the consumer any more.
         var finished = false
         var lastActivity = ContinuousClock.now
+        /// Set when `curl_multi_perform` failed: the multi handle is not given back for reuse.
+        var multiFailed = false
     }
 
     private let library: CurlLibrary
     private let request: TransportRequest
     private let consumer: any ResponseConsumer
     private let bufferSize: Int
+    private let connections: CurlConnectionCache?
     private let cancelled = Atomic<Bool>(false)
     /// The multi handle while it exists, so `cancel()` can wake it; `nil` before and after.
     private let wakeup = Mutex<MultiHandle?>(nil)
     private var worker = Worker()
 
-    init(library: CurlLibrary, request: TransportRequest, consumer: some ResponseConsumer, bufferSize: Int) {
+    init(
+        library: CurlLibrary,
+        request: TransportRequest,
+        consumer: some ResponseConsumer,
+        bufferSize: Int,
+        connections: CurlConnectionCache?
+    ) {
         self.library = library
         self.request = request
         self.consumer = consumer
         self.bufferSize = bufferSize
+        self.connections = connections
     }
 
     func start(_ continuation: CheckedContinuation<Result<Void, ResumableError>, Never>) {
@@ -105,10 +128,37 @@ private final class CurlTransfer: @unchecked Sendable {
     // MARK: - The transfer's thread
 
     private func run() {
+        // Everything, the multi handle's return to the cache included, is done before the awaiting task goes on,
+        // so the task's next request finds the kept-alive connection.
+        finish(perform())
+    }
+
+    /// Sets up the handles, drives the transfer and tears the handles down again; the defers run in reverse:
+    /// remove the easy handle from the multi handle (which returns its connection to the cache), clean it up, and
+    /// only then give the multi handle back.
+    private func perform() -> Result<Void, ResumableError> {
         let table = library.table
+        let multi: UnsafeMutableRawPointer
+        switch connections?.take(for: self) {
+        case .closed:
+            return .failure(TransportSessionClosed.error)
+        case .idle(let idle):
+            multi = idle.pointer
+        case .empty, nil:
+            guard let made = cresumable_curl_multi_init(table) else {
+                return .failure(ResumableError(.network, "curl_multi_init failed"))
+            }
+            multi = made
+        }
+        defer {
+            if let connections {
+                connections.giveBack(MultiHandle(pointer: multi), from: self, reusable: !worker.multiFailed)
+            } else {
+                _ = cresumable_curl_multi_cleanup(table, multi)
+            }
+        }
         guard let easy = cresumable_curl_easy_init(table) else {
-            finish(.failure(ResumableError(.network, "curl_easy_init failed")))
-            return
+            return .failure(ResumableError(.network, "curl_easy_init failed"))
         }
         let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CRESUMABLE_CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CRESUMABLE_CURL_ERROR_SIZE))
@@ -121,23 +171,18 @@ private final class CurlTransfer: @unchecked Sendable {
         do throws(ResumableError) {
             headers = try configure(easy, errorBuffer: errorBuffer)
         } catch {
-            finish(.failure(error))
-            return
-        }
-        guard let multi = cresumable_curl_multi_init(table) else {
-            finish(.failure(ResumableError(.network, "curl_multi_init failed")))
-            return
+            return .failure(error)
         }
         wakeup.withLock { $0 = MultiHandle(pointer: multi) }
+        defer { wakeup.withLock { $0 = nil } }
         let added = cresumable_curl_multi_add_handle(table, multi, easy)
-        if added == CRESUMABLE_CURLM_OK {
-            finish(drive(multi, errorBuffer: errorBuffer))
-            _ = cresumable_curl_multi_remove_handle(table, multi, easy)
-        } else {
-            finish(.failure(ResumableError(.network, "curl_multi_add_handle: \(library.describeMulti(added))")))
+        guard added == CRESUMABLE_CURLM_OK else {
+            return .failure(ResumableError(.network, "curl_multi_add_handle: \(library.describeMulti(added))"))
         }
-        wakeup.withLock { $0 = nil }
-        _ = cresumable_curl_multi_cleanup(table, multi)
+        defer { _ = cresumable_curl_multi_remove_handle(table, multi, easy) }
+        let result = drive(multi, errorBuffer: errorBuffer)
+        worker.finished = true
+        return result
     }
 
     /// Performs the transfer until curl reports it done, the idle timeout passes, or it is cancelled.
@@ -152,6 +197,7 @@ private final class CurlTransfer: @unchecked Sendable {
             var running: Int32 = 0
             let performed = cresumable_curl_multi_perform(table, multi, &running)
             if performed != CRESUMABLE_CURLM_OK {
+                worker.multiFailed = true
                 return .failure(ResumableError(.network, "curl_multi_perform: \(library.describeMulti(performed))"))
             }
             var done: UnsafeMutableRawPointer?
@@ -165,8 +211,9 @@ private final class CurlTransfer: @unchecked Sendable {
             if idle >= idleTimeout {
                 return .failure(ResumableError(.timedOut, "the server sent nothing for \(idleTimeout)"))
             }
+            // `idle < idleTimeout` here and `idle >= 0`, so the subtraction cannot overflow whatever the timeout.
             let wait = min(idleTimeout - idle, .seconds(1))
-            _ = cresumable_curl_multi_poll(table, multi, Int32(clamping: wait.milliseconds + 1))
+            _ = cresumable_curl_multi_poll(table, multi, Int32(clamping: wait.clampedMilliseconds + 1))
         }
     }
 
@@ -224,7 +271,7 @@ private final class CurlTransfer: @unchecked Sendable {
         try set(CRESUMABLE_CURLOPT_SUPPRESS_CONNECT_HEADERS, 1, required: false)
         // Don't wait for a resolver thread when a transfer is abandoned (7.87 and later).
         try set(CRESUMABLE_CURLOPT_QUICK_EXIT, 1, required: false)
-        let idleMilliseconds = max(request.idleTimeout.milliseconds, 1)
+        let idleMilliseconds = CurlTransport.optionMilliseconds(request.idleTimeout)
         try set(CRESUMABLE_CURLOPT_CONNECTTIMEOUT_MS, Int(clamping: idleMilliseconds))
         try set(CRESUMABLE_CURLOPT_LOW_SPEED_LIMIT, 1)
         try set(CRESUMABLE_CURLOPT_LOW_SPEED_TIME, Int(clamping: max((idleMilliseconds + 999) / 1000, 1)))
@@ -279,7 +326,7 @@ private final class CurlTransfer: @unchecked Sendable {
         if worker.declined { return .success(()) }
         if isCancelled { return .failure(Self.cancellation) }
         if let callbackError = worker.callbackError { return .failure(callbackError) }
-        if code == CRESUMABLE_CURLE_OK { return .success(()) }
+        if code == CRESUMABLE_CURLE_OK { return worker.headDelivered ? .success(()) : .failure(noFinalResponse) }
         return .failure(classify(code, detail: detail))
     }
 
@@ -345,9 +392,83 @@ private final class CurlTransfer: @unchecked Sendable {
     }
 }
 
-/// A multi handle, shared with `cancel()` only for `curl_multi_wakeup`, which curl allows from any thread.
-private struct MultiHandle: @unchecked Sendable {
+/// A multi handle, shared with `cancel()` only for `curl_multi_wakeup`, which curl allows from any thread, and
+/// kept by a ``CurlConnectionCache`` between the transfers that use it in turn.
+struct MultiHandle: @unchecked Sendable {
     let pointer: UnsafeMutableRawPointer
+}
+
+/// curl's connection cache for the requests of one session: the multi handle that owns it, passed from each
+/// transfer to the next.
+///
+/// A transfer takes the idle multi handle (or makes one when another transfer holds it: overlapping requests each
+/// get their own) and gives it back once its easy handle is removed and cleaned up, so no two threads ever use it
+/// at once. Connections that ended cleanly stay open in it; curl closes a connection whose transfer was aborted.
+/// ``close()`` cancels the transfers still running and closes the idle connections.
+final class CurlConnectionCache: Sendable {
+    /// What ``take(for:)`` found.
+    fileprivate enum Taken {
+        /// The multi handle a previous transfer left; it is the taker's until given back.
+        case idle(MultiHandle)
+        /// None is idle: the taker makes its own.
+        case empty
+        /// The session was closed.
+        case closed
+    }
+
+    private struct State {
+        var idle: MultiHandle?
+        /// The transfers between ``take(for:)`` and ``giveBack(_:from:reusable:)``, for ``close()`` to cancel.
+        var running: [ObjectIdentifier: CurlTransfer] = [:]
+        var closed = false
+    }
+
+    private let library: CurlLibrary
+    private let state = Mutex(State())
+
+    init(library: CurlLibrary) {
+        self.library = library
+    }
+
+    deinit {
+        if let idle = state.withLock({ $0.idle }) {
+            _ = cresumable_curl_multi_cleanup(library.table, idle.pointer)
+        }
+    }
+
+    /// Registers `transfer` as running and takes the idle multi handle, if any.
+    fileprivate func take(for transfer: CurlTransfer) -> Taken {
+        state.withLock { state in
+            if state.closed { return .closed }
+            state.running[ObjectIdentifier(transfer)] = transfer
+            defer { state.idle = nil }
+            return state.idle.map(Taken.idle) ?? .empty
+        }
+    }
+
+    /// Ends `transfer`'s turn: keeps `multi` for the next transfer when it is `reusable`, the cache is open and
+    /// holds none yet; otherwise cleans it up.
+    fileprivate func giveBack(_ multi: MultiHandle, from transfer: CurlTransfer, reusable: Bool) {
+        let kept = state.withLock { state in
+            state.running[ObjectIdentifier(transfer)] = nil
+            guard reusable, !state.closed, state.idle == nil else { return false }
+            state.idle = multi
+            return true
+        }
+        if !kept { _ = cresumable_curl_multi_cleanup(library.table, multi.pointer) }
+    }
+
+    /// Cancels the running transfers, cleans up the idle multi handle (closing its connections) and refuses every
+    /// later ``take(for:)``. Idempotent.
+    func close() {
+        let (idle, running) = state.withLock { state in
+            state.closed = true
+            defer { state.idle = nil }
+            return (state.idle, Array(state.running.values))
+        }
+        for transfer in running { transfer.cancel() }
+        if let idle { _ = cresumable_curl_multi_cleanup(library.table, idle.pointer) }
+    }
 }
 
 /// CURLOPT_WRITEFUNCTION: hands curl's buffer to the consumer. Returning any other count than the one given
@@ -434,9 +555,27 @@ struct HeadCollector {
     }
 }
 
+extension CurlTransport {
+    /// The idle timeout as given to curl's own timeout options: whole milliseconds rounded up, at least 1 (0 would
+    /// mean "no timeout" to curl) and at most 10^12 (about 31.7 years), for any `Duration`.
+    ///
+    /// The upper bound matters: curl multiplies `LOW_SPEED_TIME` by 1000 in a signed `long`, so a timeout near
+    /// `Int64.max` milliseconds would wrap there. A longer timeout is still enforced exactly by the transfer loop.
+    static func optionMilliseconds(_ idleTimeout: Duration) -> Int64 {
+        min(max(idleTimeout.clampedMilliseconds, 1), 1_000_000_000_000)
+    }
+}
+
 extension Duration {
-    /// The duration in whole milliseconds, rounded up.
-    fileprivate var milliseconds: Int64 {
+    /// The duration in whole milliseconds, rounded up, clamped to `0...Int64.max`: a negative duration is 0 and
+    /// one beyond `Int64.max` milliseconds is `Int64.max`.
+    ///
+    /// Any `Duration` converts without trapping: a configuration may hold `.seconds(Int64.max)` (or more), where
+    /// `seconds * 1000` overflows and `components` itself traps beyond `Int64.max` seconds.
+    var clampedMilliseconds: Int64 {
+        guard self > .zero else { return 0 }
+        guard self < .milliseconds(Int64.max) else { return .max }
+        // Below Int64.max ms the seconds are below 2^63 / 1000 and the rounded-up sum is at most Int64.max.
         let (seconds, attoseconds) = components
         return seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
     }

@@ -52,3 +52,24 @@ protocol HTTPTransport: Sendable {
     /// threw) when it did not. Cancelling the calling task cancels the request.
     func execute(_ request: TransportRequest, consumer: some ResponseConsumer) async throws(ResumableError)
 }
+
+/// The failure of a request whose connection ended cleanly without a final response: nothing, or only interim
+/// (1xx) ones.
+let noFinalResponse = ResumableError(.protocolViolation, "the server sent no final response")
+
+/// An ``HTTPTransport`` for the requests of one download task, made once per task by
+/// ``DownloadTask/Transport/makeSession()``.
+///
+/// A session keeps what is worth keeping between the requests of a task: the transport, resolved once (an
+/// ``DownloadTask/Transport/automatic`` choice is made when the session is), and its connections: one `URLSession`
+/// for the URLSession transport, one curl multi handle (which owns curl's connection and DNS caches) for libcurl.
+/// A retry, resume or redirect after a response that ended cleanly can then reuse the kept-alive connection instead
+/// of opening a new one.
+///
+/// Requests through one session are normally sequential; overlapping ones work, each on a connection of its own.
+/// ``close()`` ends the session when the task ends; a session also closes itself when it goes away.
+protocol TransportSession: HTTPTransport {
+    /// Releases the session's connections (and invalidates its `URLSession`). Idempotent. A request still running
+    /// is cancelled; one started afterwards fails with ``ResumableError/Code/cancelled``.
+    func close()
+}

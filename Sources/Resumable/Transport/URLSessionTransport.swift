@@ -9,86 +9,138 @@ import Synchronization
 ///
 /// Portable: it is what Apple platforms use, and the fallback on Linux. `URLSessionDownloadTask` is not
 /// used because its resume data is unimplemented in swift-corelibs-foundation.
-struct URLSessionTransport: HTTPTransport {
+///
+/// One instance is one `URLSession`, made at the first request and invalidated by ``close()`` (or when the
+/// instance goes away): the requests of a session share its connection pool, so a request after one that ended
+/// cleanly reuses the kept-alive connection. One delegate serves every task of the session and routes each
+/// callback to the request it belongs to.
+///
+/// Two things of swift-corelibs-foundation (which drives libcurl) are worked around here:
+/// - It reports every header block curl passes as a response of its own: an interim `100 Continue`,
+///   `102 Processing` or `103 Early Hints` reaches `urlSession(_:dataTask:didReceive:completionHandler:)` before
+///   the final response does, with the final one following it. Interim responses (1xx but 101) are skipped, so
+///   the consumer sees only the final head. Apple's Foundation never reports them there.
+/// - It ignores the disposition given to that callback's completion handler, so `.cancel` alone would let the
+///   body flow on. A declined head cancels the data task as well, and nothing after it reaches the consumer.
+final class URLSessionTransport: TransportSession {
+    /// The idle timeout as a `TimeInterval` URLSession can take: from 1 ms to 10^9 s (about 31.7 years), for any
+    /// `Duration`.
+    ///
+    /// swift-corelibs-foundation computes `Int(timeoutInterval) * 1000` milliseconds, which traps from about
+    /// 9.2 × 10^15 s, and hands that to Dispatch in nanoseconds; `Duration.components` itself traps beyond
+    /// `Int64.max` seconds. A timeout of zero or less is not "none" but the shortest one.
+    static func timeoutInterval(_ idleTimeout: Duration) -> TimeInterval {
+        let clamped = min(max(idleTimeout, .milliseconds(1)), .seconds(1_000_000_000))
+        return Double(clamped.components.seconds) + Double(clamped.components.attoseconds) / 1e18
+    }
+
+    private struct State {
+        var session: URLSession?
+        var closed = false
+    }
+
+    private let router = TaskRouter()
+    private let state = Mutex(State())
+
+    init() {}
+
+    deinit {
+        close()
+    }
+
     func execute(_ request: TransportRequest, consumer: some ResponseConsumer) async throws(ResumableError) {
         var urlRequest = URLRequest(url: request.url)
         urlRequest.httpMethod = "GET"
         urlRequest.cachePolicy = .reloadIgnoringLocalAndRemoteCacheData
         urlRequest.httpShouldHandleCookies = false
-        let seconds =
-            Double(request.idleTimeout.components.seconds)
-            + Double(request.idleTimeout.components.attoseconds) / 1e18
+        let seconds = Self.timeoutInterval(request.idleTimeout)
         urlRequest.timeoutInterval = seconds
         for header in request.headers {
             urlRequest.addValue(header.value, forHTTPHeaderField: header.name)
         }
 
+        let handler = StreamingHandler(consumer: consumer)
+        // Made and registered under the lock, so `close()` cannot invalidate the session in between (making a
+        // task in an invalidated session traps).
+        let made: URLSessionDataTask? = state.withLock { state in
+            guard !state.closed else { return nil }
+            let session = state.session ?? Self.makeSession(timeout: seconds, delegate: router)
+            state.session = session
+            let task = session.dataTask(with: urlRequest)
+            router.register(handler, for: task)
+            return task
+        }
+        guard let task = made else { throw TransportSessionClosed.error }
+        defer { router.remove(task) }
+        let outcome: Result<Void, ResumableError> = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                handler.start(task, continuation: continuation)
+            }
+        } onCancel: {
+            handler.cancel()
+        }
+        try outcome.get()
+    }
+
+    /// Invalidates the session, cancelling a request still running; later requests fail.
+    func close() {
+        let session = state.withLock { state in
+            state.closed = true
+            defer { state.session = nil }
+            return state.session
+        }
+        session?.invalidateAndCancel()
+        router.abandonAll()
+    }
+
+    private static func makeSession(timeout: TimeInterval, delegate: TaskRouter) -> URLSession {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
         configuration.httpCookieStorage = nil
         configuration.httpShouldSetCookies = false
-        configuration.timeoutIntervalForRequest = seconds
+        configuration.timeoutIntervalForRequest = timeout
         configuration.requestCachePolicy = .reloadIgnoringLocalAndRemoteCacheData
-
-        let delegate = StreamingDelegate(consumer: consumer)
-        let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
-        defer { session.finishTasksAndInvalidate() }
-        let task = session.dataTask(with: urlRequest)
-        let outcome: Result<Void, ResumableError> = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                delegate.start(task, continuation: continuation)
-            }
-        } onCancel: {
-            delegate.cancel()
-        }
-        try outcome.get()
+        return URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
     }
 }
 
-/// Bridges `URLSessionDataDelegate` callbacks to a ``ResponseConsumer``.
-private final class StreamingDelegate<Consumer: ResponseConsumer>: NSObject, URLSessionDataDelegate, Sendable {
-    private struct State {
-        var continuation: CheckedContinuation<Result<Void, ResumableError>, Never>?
-        var task: URLSessionDataTask?
-        var consumerError: ResumableError?
-        var declined = false
-        var cancelled = false
+/// What the session's delegate hands each request: the callbacks of its own data task.
+private protocol RoutedRequest: AnyObject, Sendable {
+    func didReceive(
+        _ response: URLResponse,
+        dataTask: URLSessionDataTask,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void)
+    func didReceive(_ data: Data, dataTask: URLSessionDataTask)
+    func didComplete(error: (any Error)?)
+    /// Ends the request at once with a cancellation: its session was closed.
+    func abandon()
+}
+
+/// The delegate of a session: routes each task's callbacks to its request, by task identifier.
+///
+/// Callbacks come one at a time on the session's serial delegate queue.
+private final class TaskRouter: NSObject, URLSessionDataDelegate, Sendable {
+    private let requests = Mutex<[Int: any RoutedRequest]>([:])
+
+    func register(_ request: any RoutedRequest, for task: URLSessionTask) {
+        requests.withLock { $0[task.taskIdentifier] = request }
     }
 
-    private let consumer: Consumer
-    private let state = Mutex(State())
-
-    init(consumer: Consumer) {
-        self.consumer = consumer
+    func remove(_ task: URLSessionTask) {
+        _ = requests.withLock { $0.removeValue(forKey: task.taskIdentifier) }
     }
 
-    func start(_ task: URLSessionDataTask, continuation: CheckedContinuation<Result<Void, ResumableError>, Never>) {
-        let cancelled = state.withLock { state in
-            state.continuation = continuation
-            state.task = task
-            return state.cancelled
+    /// Ends every registered request with a cancellation.
+    func abandonAll() {
+        let all = requests.withLock { requests in
+            defer { requests.removeAll() }
+            return Array(requests.values)
         }
-        if cancelled {
-            finish(.failure(ResumableError(.cancelled, "the request was cancelled")))
-        } else {
-            task.resume()
-        }
+        for request in all { request.abandon() }
     }
 
-    func cancel() {
-        let task = state.withLock { state in
-            state.cancelled = true
-            return state.task
-        }
-        task?.cancel()
-    }
-
-    private func finish(_ result: Result<Void, ResumableError>) {
-        let continuation = state.withLock { state in
-            defer { state.continuation = nil }
-            return state.continuation
-        }
-        continuation?.resume(returning: result)
+    private func request(for task: URLSessionTask) -> (any RoutedRequest)? {
+        requests.withLock { $0[task.taskIdentifier] }
     }
 
     func urlSession(
@@ -97,31 +149,16 @@ private final class StreamingDelegate<Consumer: ResponseConsumer>: NSObject, URL
         didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
-        guard let http = response as? HTTPURLResponse else {
-            state.withLock { $0.consumerError = ResumableError(.protocolViolation, "the response is not HTTP") }
+        guard let request = request(for: dataTask) else {
             completionHandler(.cancel)
+            dataTask.cancel()
             return
         }
-        var headers: [HTTPHeader] = []
-        for (name, value) in http.allHeaderFields {
-            headers.append(HTTPHeader(name: "\(name)", value: "\(value)"))
-        }
-        if consumer.receive(ResponseHead(status: http.statusCode, headers: headers)) {
-            completionHandler(.allow)
-        } else {
-            state.withLock { $0.declined = true }
-            completionHandler(.cancel)
-        }
+        request.didReceive(response, dataTask: dataTask, completionHandler: completionHandler)
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        let delivered = data.withUnsafeBytes { buffer in
-            Result { () throws(ResumableError) in try consumer.receive(buffer) }
-        }
-        if case .failure(let error) = delivered {
-            state.withLock { $0.consumerError = error }
-            dataTask.cancel()
-        }
+        request(for: dataTask)?.didReceive(data, dataTask: dataTask)
     }
 
     func urlSession(
@@ -136,7 +173,152 @@ private final class StreamingDelegate<Consumer: ResponseConsumer>: NSObject, URL
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        let (consumerError, declined, cancelled) = state.withLock { ($0.consumerError, $0.declined, $0.cancelled) }
+        request(for: task)?.didComplete(error: error)
+    }
+}
+
+/// Bridges one data task's callbacks to a ``ResponseConsumer``.
+private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest {
+    private struct State {
+        var continuation: CheckedContinuation<Result<Void, ResumableError>, Never>?
+        var task: URLSessionDataTask?
+        var consumerError: ResumableError?
+        var headDelivered = false
+        var declined = false
+        var cancelled = false
+        /// Set when the outcome is decided: nothing more reaches the consumer.
+        var finished = false
+
+        /// Whether body bytes may still go to the consumer.
+        var acceptsBody: Bool {
+            headDelivered && !declined && !cancelled && !finished && consumerError == nil
+        }
+    }
+
+    private let consumer: Consumer
+    private let state = Mutex(State())
+    /// Held while the consumer is called; its value is set by ``abandon()``, which takes it so that it returns
+    /// only when no call is under way and none can follow.
+    private let delivery = Mutex(false)
+
+    init(consumer: Consumer) {
+        self.consumer = consumer
+    }
+
+    func start(_ task: URLSessionDataTask, continuation: CheckedContinuation<Result<Void, ResumableError>, Never>) {
+        let (cancelled, finished) = state.withLock { state in
+            state.continuation = continuation
+            state.task = task
+            return (state.cancelled, state.finished)
+        }
+        if finished {
+            // Abandoned before it started: finish resumes the continuation stored just now.
+            finish(.failure(TransportSessionClosed.error))
+        } else if cancelled {
+            finish(.failure(ResumableError(.cancelled, "the request was cancelled")))
+        } else {
+            task.resume()
+        }
+    }
+
+    func cancel() {
+        let task = state.withLock { state in
+            state.cancelled = true
+            return state.task
+        }
+        task?.cancel()
+    }
+
+    func abandon() {
+        let task = state.withLock { state in
+            state.cancelled = true
+            return state.task
+        }
+        task?.cancel()
+        delivery.withLock { $0 = true }
+        finish(.failure(TransportSessionClosed.error))
+    }
+
+    private func finish(_ result: Result<Void, ResumableError>) {
+        let continuation = state.withLock { state in
+            state.finished = true
+            defer { state.continuation = nil }
+            return state.continuation
+        }
+        continuation?.resume(returning: result)
+    }
+
+    func didReceive(
+        _ response: URLResponse,
+        dataTask: URLSessionDataTask,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    ) {
+        guard let http = response as? HTTPURLResponse else {
+            state.withLock { $0.consumerError = ResumableError(.protocolViolation, "the response is not HTTP") }
+            completionHandler(.cancel)
+            dataTask.cancel()
+            return
+        }
+        if (100...199).contains(http.statusCode) && http.statusCode != 101 {
+            // An interim response (see the type's notes): the final one follows.
+            completionHandler(.allow)
+            return
+        }
+        let deliver = state.withLock { state in
+            guard !state.headDelivered, !state.finished, !state.cancelled else { return false }
+            state.headDelivered = true
+            return true
+        }
+        guard deliver else {
+            completionHandler(.cancel)
+            dataTask.cancel()
+            return
+        }
+        var headers: [HTTPHeader] = []
+        for (name, value) in http.allHeaderFields {
+            headers.append(HTTPHeader(name: "\(name)", value: "\(value)"))
+        }
+        let head = ResponseHead(status: http.statusCode, headers: headers)
+        let accepted = delivery.withLock { abandoned in !abandoned && consumer.receive(head) }
+        if accepted {
+            completionHandler(.allow)
+        } else {
+            state.withLock { $0.declined = true }
+            completionHandler(.cancel)
+            // swift-corelibs-foundation ignores the disposition: cancel the task so the body stops here.
+            dataTask.cancel()
+        }
+    }
+
+    func didReceive(_ data: Data, dataTask: URLSessionDataTask) {
+        let (accepts, headDelivered) = state.withLock { ($0.acceptsBody, $0.headDelivered) }
+        guard accepts else {
+            if !headDelivered {
+                state.withLock {
+                    if $0.consumerError == nil {
+                        $0.consumerError = ResumableError(.protocolViolation, "body bytes arrived before the head")
+                    }
+                }
+                dataTask.cancel()
+            }
+            return
+        }
+        let delivered = delivery.withLock { abandoned -> Result<Void, ResumableError> in
+            guard !abandoned else { return .success(()) }
+            return data.withUnsafeBytes { buffer in
+                Result { () throws(ResumableError) in try consumer.receive(buffer) }
+            }
+        }
+        if case .failure(let error) = delivered {
+            state.withLock { $0.consumerError = error }
+            dataTask.cancel()
+        }
+    }
+
+    func didComplete(error: (any Error)?) {
+        let (consumerError, declined, cancelled, headDelivered) = state.withLock {
+            ($0.consumerError, $0.declined, $0.cancelled, $0.headDelivered)
+        }
         if let consumerError {
             finish(.failure(consumerError))
         } else if declined {
@@ -145,6 +327,8 @@ private final class StreamingDelegate<Consumer: ResponseConsumer>: NSObject, URL
             finish(.failure(ResumableError(.cancelled, "the request was cancelled")))
         } else if let error {
             finish(.failure(Self.classify(error)))
+        } else if !headDelivered {
+            finish(.failure(noFinalResponse))
         } else {
             finish(.success(()))
         }
