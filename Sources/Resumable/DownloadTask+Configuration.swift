@@ -24,6 +24,17 @@ extension DownloadTask {
             Destination(kind: .file(file.standardizedFileURL.path))
         }
 
+        /// The destination a path typed by a user names: an existing directory, or a path ending in `/`, is a
+        /// directory (the file keeps its suggested name); any other path is the exact file. The CLI's `-o`.
+        package static func path(_ path: String) -> Destination {
+            var isDirectory: ObjCBool = false
+            let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
+            if path.hasSuffix("/") || (exists && isDirectory.boolValue) {
+                return .directory(URL(fileURLWithPath: path, isDirectory: true))
+            }
+            return .file(URL(fileURLWithPath: path, isDirectory: false))
+        }
+
         /// The current directory, under the suggested name.
         public static var currentDirectory: Destination {
             .directory(URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))

@@ -1,9 +1,9 @@
 import Foundation
 
 /// The URLs this library downloads from.
-enum HTTPURL {
+package enum HTTPURL {
     /// Whether `url` is absolute http or https with a host.
-    static func isSupported(_ url: URL) -> Bool {
+    package static func isSupported(_ url: URL) -> Bool {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else { return false }
         guard let host = url.host, !host.isEmpty else { return false }
         return true

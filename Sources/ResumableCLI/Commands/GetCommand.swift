@@ -53,9 +53,7 @@ struct GetCommand: CLICommand {
 
     /// An absolute http or https URL with a host, or a usage error naming `option`.
     static func httpURL(_ text: String, option: String) throws(UsageError) -> URL {
-        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
-            scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty
-        else {
+        guard let url = URL(string: text), HTTPURL.isSupported(url) else {
             throw UsageError("\(option) must be an http or https URL, not '\(text)'")
         }
         return url
@@ -65,12 +63,7 @@ struct GetCommand: CLICommand {
     static func destination(for path: String?) throws(UsageError) -> DownloadTask.Destination {
         guard let path else { return .currentDirectory }
         guard !path.isEmpty else { throw UsageError("option '--output' needs a path") }
-        var isDirectory: ObjCBool = false
-        let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
-        if path.hasSuffix("/") || (exists && isDirectory.boolValue) {
-            return .directory(URL(fileURLWithPath: path, isDirectory: true))
-        }
-        return .file(URL(fileURLWithPath: path, isDirectory: false))
+        return .path(path)
     }
 
     /// `--token`: a file path that is not a directory.

@@ -7,8 +7,14 @@ struct DownloadOptions: Sendable {
     static let arguments: [ArgumentSpec] = [
         .repeatable(
             "header", short: "H", value: "name: value",
-            help: "An extra request header, e.g. 'Accept: */*'. Authorization and Cookie are sent to the original "
-                + "host only and never written into a token."),
+            help: "An extra request header, e.g. 'Accept: */*'. Credential headers (Authorization, Cookie, and any "
+                + "name containing auth, cookie, credential, csrf, jwt, key, passphrase, passwd, password, secret, "
+                + "session, signature, token or xsrf, e.g. X-Api-Key) are sent to the original host only and never "
+                + "written into a token."),
+        .repeatable(
+            "sensitive-header", value: "name",
+            help: "Treat this header name as a credential too (case-insensitive): never written into a token, "
+                + "never sent to another host after a redirect."),
         .option(
             "retries", value: "n",
             help: "How many transient failures in a row (network errors, timeouts, 5xx, 408, 429) are retried, "
@@ -33,6 +39,8 @@ struct DownloadOptions: Sendable {
 
     /// Extra request headers.
     var headers: [String: String] = [:]
+    /// `--sensitive-header` names.
+    var sensitiveHeaderNames: Set<String> = []
     /// `--retries`, when given.
     var retries: Int?
     /// `--timeout`, when given.
@@ -54,13 +62,20 @@ struct DownloadOptions: Sendable {
             }
             let name = header[..<colon].trimmingCharacters(in: .whitespaces)
             let value = header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-            guard Self.isToken(name) else {
+            // The library's own header rules (package access), not a copy.
+            guard HTTPFieldSyntax.isValidName(name) else {
                 throw UsageError("header '\(header)' has no valid name before the ':'")
             }
-            guard value.unicodeScalars.allSatisfy({ $0 == "\t" || ($0.value >= 0x20 && $0.value != 0x7F) }) else {
+            guard HTTPFieldSyntax.isValidValue(value) else {
                 throw UsageError("header '\(name)' has a control character in its value")
             }
             headers[name] = value
+        }
+        for name in parsed.values("sensitive-header") {
+            guard HTTPFieldSyntax.isValidName(name) else {
+                throw UsageError("option '--sensitive-header' needs a header name, not '\(name)'")
+            }
+            sensitiveHeaderNames.insert(name.lowercased())
         }
         retries = try parsed.integer("retries", in: 0...1000)
         idleTimeout = try parsed.seconds("timeout")
@@ -81,19 +96,11 @@ struct DownloadOptions: Sendable {
         outputMode = OutputMode.choose(json: parsed.flag("json"), quiet: parsed.flag("quiet"))
     }
 
-    /// Whether `name` is an HTTP field name (an RFC 9110 token).
-    static func isToken(_ name: String) -> Bool {
-        let symbols = Set("!#$%&'*+-.^_`|~".unicodeScalars)
-        return !name.isEmpty
-            && name.unicodeScalars.allSatisfy {
-                $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || symbols.contains($0))
-            }
-    }
-
     /// The library configuration for these options, with `checkpointing` attached.
     func configuration(checkpointing: DownloadTask.Checkpointing) -> DownloadTask.Configuration {
         var configuration = DownloadTask.Configuration(
             headers: headers,
+            sensitiveHeaderNames: sensitiveHeaderNames,
             existingFile: overwrite ? .overwrite : .chooseFreeName,
             checkpointing: checkpointing,
             expectedSHA256: sha256,
