@@ -8,12 +8,18 @@
 /// - every number is `1*DIGIT` that fits in `Int64` (no sign, no empty number); larger values are malformed;
 /// - `last-pos` must be at least `first-pos`, and a known complete length must exceed `last-pos` (§14.4: a
 ///   range whose last position is not less than the complete length is invalid);
+/// - `last-pos` must be less than `Int64.max`, also when the complete length is unknown
+///   (`bytes 0-9223372036854775807/*` is malformed), so a satisfied range always has
+///   `0 <= first <= last < Int64.max` and `last + 1` and `last - first + 1` can never overflow;
 /// - an unsatisfied range (`bytes */100`) requires a numeric complete length;
 /// - lists, or anything else trailing the value, are rejected.
 struct ContentRange: Hashable, Sendable {
     /// The range a response carries, or the complete length of an unsatisfiable request.
     enum Value: Hashable, Sendable {
         /// `bytes first-last/complete` or `bytes first-last/*` (complete length unknown).
+        ///
+        /// Always `0 <= first <= last < Int64.max`, and `completeLength > last` when known: `last + 1` and
+        /// `last - first + 1` never overflow.
         case satisfied(first: Int64, last: Int64, completeLength: Int64?)
         /// `bytes */complete`, sent with 416 (Range Not Satisfiable).
         case unsatisfied(completeLength: Int64)
@@ -44,7 +50,9 @@ struct ContentRange: Hashable, Sendable {
             let slash = range[dash...].firstIndex(of: UInt8(ascii: "/")),
             let first = HTTPSyntax.parseDigits(range[range.startIndex..<dash]),
             let last = HTTPSyntax.parseDigits(range[range.index(after: dash)..<slash]),
-            last >= first
+            last >= first,
+            // `last + 1` (the end of the range, its length) must be an `Int64` too.
+            last < Int64.max
         else { return nil }
 
         let completePart = range[range.index(after: slash)...]

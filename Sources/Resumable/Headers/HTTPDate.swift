@@ -145,15 +145,15 @@ enum HTTPDate {
         return candidate > currentYear + 50 ? candidate - 100 : candidate
     }
 
-    // MARK: - Calendar arithmetic
+    // MARK: - Calendar arithmetic (shared with `ISO8601`)
 
     /// Whether `year` is a leap year in the proleptic Gregorian calendar.
-    private static func isLeapYear(_ year: Int64) -> Bool {
+    static func isLeapYear(_ year: Int64) -> Bool {
         (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
     }
 
     /// The number of days in `month` (1–12) of `year`.
-    private static func daysInMonth(year: Int64, month: Int64) -> Int64 {
+    static func daysInMonth(year: Int64, month: Int64) -> Int64 {
         switch month {
         case 2: isLeapYear(year) ? 29 : 28
         case 4, 6, 9, 11: 30
@@ -162,7 +162,7 @@ enum HTTPDate {
     }
 
     /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-    private static func days(fromYear year: Int64, month: Int64, day: Int64) -> Int64 {
+    static func days(fromYear year: Int64, month: Int64, day: Int64) -> Int64 {
         let shiftedYear = month <= 2 ? year - 1 : year
         let era = floorDivide(shiftedYear, by: 400).quotient
         let yearOfEra = shiftedYear - era * 400
@@ -172,7 +172,7 @@ enum HTTPDate {
     }
 
     /// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-    private static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+    static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
         let shifted = days + 719_468
         let era = floorDivide(shifted, by: 146_097).quotient
         let dayOfEra = shifted - era * 146_097
@@ -185,7 +185,7 @@ enum HTTPDate {
     }
 
     /// Division rounding toward negative infinity, with a remainder in `0..<divisor` (`divisor` > 0).
-    private static func floorDivide(_ value: Int64, by divisor: Int64) -> (quotient: Int64, remainder: Int64) {
+    static func floorDivide(_ value: Int64, by divisor: Int64) -> (quotient: Int64, remainder: Int64) {
         let remainder = value % divisor
         return remainder < 0 ? (value / divisor - 1, remainder + divisor) : (value / divisor, remainder)
     }

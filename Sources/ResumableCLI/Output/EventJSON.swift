@@ -32,7 +32,10 @@ enum EventJSON {
                 ("expectedLength", .int(progress.expectedLength)),
                 ("resumedAtOffset", .int(progress.resumedAtOffset)),
                 ("bytesTransferred", .int(progress.bytesTransferred)),
-                ("bytesPerSecond", .int(Int64(progress.bytesPerSecond.isFinite ? progress.bytesPerSecond : 0))),
+                (
+                    "bytesPerSecond",
+                    .int(progress.bytesPerSecond.isFinite ? ByteFormat.wholeNumber(progress.bytesPerSecond) : 0)
+                ),
             ])
         case .retrying(let attempt, let delay, let error):
             return .object([
@@ -119,6 +122,6 @@ enum EventJSON {
     }
 
     private static func milliseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        ByteFormat.milliseconds(duration)
     }
 }
