@@ -86,8 +86,11 @@ final class DownloadEngine: Sendable {
             events.send(.finished(downloaded))
         case .failure(var error):
             let (discard, candidate) = state.withLock { state in
-                (state.stop == .discard, state.machine.state.isResumable && state.machine.state.offset > 0
-                    ? state.machine.state.token() : nil)
+                (
+                    state.stop == .discard,
+                    state.machine.state.isResumable && state.machine.state.offset > 0
+                        ? state.machine.state.token() : nil
+                )
             }
             // A token is handed out only for bytes that reached the disk: a failed flush means none.
             var token: ResumeToken?

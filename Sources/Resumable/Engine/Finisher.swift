@@ -20,7 +20,7 @@ struct Finisher: Sendable {
         case .fail:
             do {
                 try file.move(to: wanted, replacing: false)
-            } catch where FileManager.default.fileExists(atPath: wanted) {
+            } catch  where FileManager.default.fileExists(atPath: wanted) {
                 throw ResumableError(.destinationExists, "'\(wanted)' already exists")
             }
             return wanted
@@ -34,7 +34,7 @@ struct Finisher: Sendable {
                 do {
                     try file.move(to: path, replacing: false)
                     return path
-                } catch where FileManager.default.fileExists(atPath: path) {
+                } catch  where FileManager.default.fileExists(atPath: path) {
                     continue  // Taken between the check and the move: try the next free name.
                 }
             }

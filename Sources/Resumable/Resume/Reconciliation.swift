@@ -167,7 +167,7 @@ package enum Reconciliation {
         do throws(ResumableError) {
             let (handle, size) = try open(token.tempPath)
             return .present(handle, size: size)
-        } catch where error.code == .tokenGone {
+        } catch  where error.code == .tokenGone {
             // Finishing writes a last token whose offset is the whole length before the move; a token like
             // that without its file means the move happened.
             if let length = token.expectedLength, token.offset == length {

@@ -42,12 +42,14 @@ struct InspectCommand: CLICommand {
                 )
             case .shorter:
                 (state, sentence, exitCode, error) = (
-                    "shorter", "present, \(bytes) bytes: shorter than the offset; a resume continues from byte \(bytes)",
+                    "shorter",
+                    "present, \(bytes) bytes: shorter than the offset; a resume continues from byte \(bytes)",
                     .success, nil
                 )
             case .longer:
                 (state, sentence, exitCode, error) = (
-                    "longer", "present, \(bytes) bytes: longer than the offset; a resume first cuts it to \(offset) bytes",
+                    "longer",
+                    "present, \(bytes) bytes: longer than the offset; a resume first cuts it to \(offset) bytes",
                     .success, nil
                 )
             case .missing:

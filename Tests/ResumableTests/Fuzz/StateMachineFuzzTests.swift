@@ -15,7 +15,8 @@ struct StateMachineFuzzTests {
             url: url, originalURL: url, offset: offset, expectedLength: length, etag: "\"v1\"", lastModified: nil,
             responseDate: nil, acceptRanges: "bytes", tempPath: "/tmp/" + TemporaryFileName.make(),
             suggestedFilename: "file.bin", destination: nil, headers: [:], createdAt: Date(), updatedAt: Date())
-        return ResumeStateMachine(token: token, bytesOnDisk: offset, replacingURL: nil, headers: [], maximumRedirects: 3)
+        return ResumeStateMachine(
+            token: token, bytesOnDisk: offset, replacingURL: nil, headers: [], maximumRedirects: 3)
     }
 
     @Test("Content-Range at Int64.max is refused, not an overflow trap")
@@ -55,7 +56,8 @@ struct StateMachineFuzzTests {
                             }))
                 }
                 if values.chance(0.6) {
-                    headers.append(HTTPHeader(name: "ETag", value: values.pick(["\"v1\"", "\"v2\"", "W/\"v1\"", values.string()])))
+                    headers.append(
+                        HTTPHeader(name: "ETag", value: values.pick(["\"v1\"", "\"v2\"", "W/\"v1\"", values.string()])))
                 }
                 if values.chance(0.5) { headers.append(HTTPHeader(name: "Content-Length", value: values.numberText())) }
                 if values.chance(0.2) { headers.append(HTTPHeader(name: "Location", value: values.string())) }
@@ -66,7 +68,9 @@ struct StateMachineFuzzTests {
                     let joined = body.offset > 0
                     if joined {
                         fuzzCase.check(status == 206, "joined a \(status)")
-                        fuzzCase.check(body.offset == plan.request.offset, "joined at \(body.offset), asked \(plan.request.offset)")
+                        fuzzCase.check(
+                            body.offset == plan.request.offset, "joined at \(body.offset), asked \(plan.request.offset)"
+                        )
                         let etag = headers.first { $0.name == "ETag" }?.value
                         fuzzCase.check(etag == nil || etag == before.validators.etag, "joined under another ETag")
                     } else {

@@ -97,7 +97,9 @@ struct AttackFindingTests {
         #expect(secondToken.headers["Accept"] == "application/x-test", "the second token keeps the header")
         let result = try await fixture.resumeThroughDisk(secondToken).value
         #expect(try fixture.contents(of: result.fileURL) == content)
-        #expect(fixture.server.requests(for: "/file.bin").map { $0.header("Accept") } == Array(repeating: "application/x-test", count: 3))
+        #expect(
+            fixture.server.requests(for: "/file.bin").map { $0.header("Accept") }
+                == Array(repeating: "application/x-test", count: 3))
     }
 
     // MARK: Finding 5: a 202 body replaced the download
@@ -124,17 +126,21 @@ struct AttackFindingTests {
 
     // MARK: Finding 10: finishing windows
 
-    @Test("A crash after the finished file was moved leaves a token that says 'already finished', never a second copy")
-    func crashAfterMove() async throws {
+    /// A finished download of 10,000 bytes and the last token its checkpoint handler received: what a crash
+    /// right after the move leaves on disk.
+    static func finishedDownload() async throws -> (DownloadFixture, DownloadResult, ResumeToken) {
         let fixture = try DownloadFixture()
-        let content = testBytes(count: 10_000)
-        fixture.serve(.bytes(content))
+        fixture.serve(.bytes(testBytes(count: 10_000)))
         let recorded = TokenLog()
         var configuration = DownloadFixture.configuration()
         configuration.checkpointing = DownloadTask.Checkpointing(interval: .seconds(3600)) { recorded.append($0) }
         let result = try await fixture.download(configuration: configuration).value
-        // The last token handed over before the move: what a crash right after the move leaves on disk.
-        let last = try #require(recorded.tokens.last)
+        return (fixture, result, try #require(recorded.tokens.last))
+    }
+
+    @Test("A crash after the finished file was moved leaves a token that says 'already finished', never a second copy")
+    func crashAfterMove() async throws {
+        let (fixture, result, last) = try await Self.finishedDownload()
         #expect(last.offset == 10_000 && last.expectedLength == 10_000)
         fixture.server.clearRequests()
         let error = #expect(throws: ResumableError.self) {
@@ -148,14 +154,8 @@ struct AttackFindingTests {
 
     @Test("A crash between link and unlink while finishing is recognized as finished, and the stray name removed")
     func crashBetweenLinkAndUnlink() async throws {
-        let fixture = try DownloadFixture()
+        let (fixture, result, last) = try await Self.finishedDownload()
         let content = testBytes(count: 10_000)
-        fixture.serve(.bytes(content))
-        let recorded = TokenLog()
-        var configuration = DownloadFixture.configuration()
-        configuration.checkpointing = DownloadTask.Checkpointing(interval: .seconds(3600)) { recorded.append($0) }
-        let result = try await fixture.download(configuration: configuration).value
-        let last = try #require(recorded.tokens.last)
         // Rebuild the state a crash after link(2) and before unlink(2) leaves: two names for one inode.
         #expect(link(result.fileURL.path, last.tempPath) == 0)
         let error = #expect(throws: ResumableError.self) {
