@@ -31,6 +31,9 @@ final class PartialFile: Sendable {
     /// Closes the file, which releases its lock. No other method may be called afterwards.
     func release() {
         guard !released.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // Unlock explicitly: a child process forked meanwhile (until it execs) holds a copy of the descriptor,
+        // and closing ours alone would keep the lock, so a resume right after a pause would find it in use.
+        flock(descriptor, LOCK_UN)
         close(descriptor)
     }
 

@@ -169,9 +169,9 @@ package enum Reconciliation {
             return .present(handle, size: size)
         } catch  where error.code == .tokenGone {
             // Finishing writes a last token whose offset is the whole length before the move; a token like
-            // that without its file means the move happened.
-            if let length = token.expectedLength, token.offset == length {
-                return .finished(path: nil, strayLink: false)
+            // that without its file, and a file of that length where it was going, means the move happened.
+            if let finished = movedIntoPlace(token) {
+                return .finished(path: finished, strayLink: false)
             }
             return .missing
         }
@@ -195,6 +195,24 @@ package enum Reconciliation {
         }
     }
 
+    /// Where the token's finished file would be, when a regular file of the token's complete length is there.
+    private static func movedIntoPlace(_ token: ResumeToken) -> String? {
+        guard let length = token.expectedLength, token.offset == length else { return nil }
+        let candidate = finalPath(token)
+        var status = stat()
+        guard lstat(candidate, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG, Int64(status.st_size) == length
+        else { return nil }
+        return candidate
+    }
+
+    /// The path the finished file gets under the token's own destination (before a free name is chosen).
+    private static func finalPath(_ token: ResumeToken) -> String {
+        switch tokenDestination(token).kind {
+        case .directory(let path): return (path as NSString).appendingPathComponent(token.suggestedFilename)
+        case .file(let path): return path
+        }
+    }
+
     /// The finished file's path when a finish was interrupted between `link` and `unlink` (only where
     /// `renameat2` is missing): the temporary file then has a second name, the destination, and the same
     /// inode. `nil` otherwise.
@@ -204,12 +222,7 @@ package enum Reconciliation {
             temporary.st_nlink == 2, temporary.st_uid == geteuid(),
             let length = token.expectedLength, token.offset == length, Int64(temporary.st_size) == length
         else { return nil }
-        let destination = tokenDestination(token)
-        let candidate: String
-        switch destination.kind {
-        case .directory(let path): candidate = (path as NSString).appendingPathComponent(token.suggestedFilename)
-        case .file(let path): candidate = path
-        }
+        let candidate = finalPath(token)
         var finished = stat()
         guard lstat(candidate, &finished) == 0, finished.st_dev == temporary.st_dev,
             finished.st_ino == temporary.st_ino
