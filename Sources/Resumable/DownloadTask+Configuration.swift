@@ -139,8 +139,9 @@ extension DownloadTask {
         /// fails with a token. Never called after the task's result is available.
         public var handler: @Sendable (ResumeToken) throws -> Void
 
-        /// Called once when the download finished and its file is in place.
-        var finished: (@Sendable () -> Void)?
+        /// Called once when the download finished and its file is in place, with the temporary file's path
+        /// the last token named.
+        var finished: (@Sendable (String) -> Void)?
 
         /// Calls `handler` with a fresh token as described on ``handler``.
         public init(interval: Duration = .seconds(1), handler: @escaping @Sendable (ResumeToken) throws -> Void) {
@@ -154,7 +155,7 @@ extension DownloadTask {
             var checkpointing = Checkpointing(interval: interval) { token in
                 try token.write(to: file)
             }
-            checkpointing.finished = { try? FileManager.default.removeItem(at: file) }
+            checkpointing.finished = { tempPath in ResumeToken.removeFile(at: file, ifItNames: tempPath) }
             return checkpointing
         }
     }

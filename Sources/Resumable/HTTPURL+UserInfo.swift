@@ -18,7 +18,7 @@ extension HTTPURL {
     }
 
     /// `url` without its user information: `https://user:secret@host/a` becomes `https://host/a`.
-    static func removingUserInfo(_ url: URL) -> URL {
+    package static func removingUserInfo(_ url: URL) -> URL {
         let string = url.absoluteString
         if let range = userInfoRange(in: string) {
             var stripped = string

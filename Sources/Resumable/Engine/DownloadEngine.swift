@@ -110,7 +110,7 @@ final class DownloadEngine: Sendable {
         state.withLock { $0.ended = true }
         checkpoints.end()
         writebackQueue.sync {}
-        if case .success = result { configuration.checkpointing?.finished?() }
+        if case .success = result { configuration.checkpointing?.finished?(file.path) }
         // Another task or process may take the file over from here on.
         file.release()
         events.finish()

@@ -71,6 +71,9 @@ final class PartialFile: Sendable {
             )
         case ELOOP:
             return ResumableError(.invalidToken, "the temporary file '\(path)' is a symbolic link")
+        case EISDIR, ENXIO, ENODEV, EOPNOTSUPP:
+            // A directory, a socket, a device: opening for writing fails before the type can be checked.
+            return ResumableError(.invalidToken, "the temporary file '\(path)' is not a regular file")
         default:
             return .fileSystem("opening", path: path, errno: code)
         }

@@ -68,7 +68,8 @@ package enum Reconciliation {
         do throws(ResumableError) {
             let examination = try examine(token, destination: destination, temporaryDirectory: temporaryDirectory) {
                 (path) throws(ResumableError) -> (Void, Int64) in
-                let descriptor = Glibc.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+                // Opened as a resume opens it (for writing, which changes nothing), so permissions agree too.
+                let descriptor = Glibc.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
                 guard descriptor >= 0 else { throw PartialFile.openError(path, errno: errno) }
                 defer { close(descriptor) }
                 var status = stat()

@@ -240,6 +240,17 @@ struct ResumeStateMachine: Sendable {
 
     private mutating func receiveWhole(_ head: ResponseHead, _ current: Exchange) -> HeadAction {
         let encoding = Self.contentEncoding(head)
+        if let encoding {
+            // Only identity was accepted. A decoded body has no length to check and a truncated stream looks
+            // complete (the transports do not verify the coding's end), so it would be a short body called
+            // complete: refuse it, keeping whatever is on disk.
+            let error = ResumableError(
+                .protocolViolation,
+                "the server sent a \(encoding)-encoded answer although only identity was accepted; "
+                    + "its completeness cannot be verified, so it is not saved"
+            )
+            return .skipBody(.fail(error))
+        }
         var length: Int64?
         if encoding == nil, let declared = head.value("Content-Length") {
             guard let parsed = Self.decimal(declared) else {

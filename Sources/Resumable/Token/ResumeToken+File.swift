@@ -19,6 +19,19 @@ extension ResumeToken {
         try self.init(jsonData: Self.readTokenFile(at: file.path))
     }
 
+    /// Removes the token file at `file` only if it still holds a token for the temporary file `tempPath`:
+    /// not another download's token that replaced it meanwhile, and not a file that is no token at all (the
+    /// finished download itself, when a token file and the destination were the same path).
+    ///
+    /// - Returns: Whether a file was removed.
+    @discardableResult
+    package static func removeFile(at file: URL, ifItNames tempPath: String) -> Bool {
+        guard let token = try? ResumeToken(contentsOf: file), token.tempPath == tempPath else { return false }
+        guard unlink(file.path) == 0 else { return false }
+        DurableSteps.record(.unlink, file.path)
+        return true
+    }
+
     /// The largest token file read; real tokens are well under a kilobyte.
     static let maximumFileSize = 1 << 20
 

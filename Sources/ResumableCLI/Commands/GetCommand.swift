@@ -44,7 +44,8 @@ struct GetCommand: CLICommand {
 
     func run() async -> ExitCode {
         let renderer = ProgressRenderer(mode: options.outputMode)
-        renderer.note("Downloading \(url.absoluteString)")
+        // A password in the URL is sent, never shown.
+        renderer.note("Downloading \(HTTPURL.removingUserInfo(url).absoluteString)")
         let runner = DownloadRunner(options: options, tokenFile: TokenFile(url: tokenURL), renderer: renderer)
         return await runner.run { configuration throws(ResumableError) in
             try DownloadTask(url: url, destination: destination, configuration: configuration)

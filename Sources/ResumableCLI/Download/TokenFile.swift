@@ -58,7 +58,7 @@ final class TokenFile: Sendable {
             if let token { return Self.write(token, into: &state) }
             // Only a file this run wrote (or was given to resume) is removed, and only when it is useless.
             if let url = state.url, let last = state.lastToken, !FileManager.default.fileExists(atPath: last.tempPath) {
-                try? FileManager.default.removeItem(at: url)
+                ResumeToken.removeFile(at: url, ifItNames: last.tempPath)
             }
             return nil
         }
@@ -68,7 +68,11 @@ final class TokenFile: Sendable {
     func endCompleted() {
         state.withLock { state in
             state.ended = true
-            if let url = state.url { try? FileManager.default.removeItem(at: url) }
+            // Only our own token: another download's that replaced it, or the finished file itself when the
+            // token path was also the destination, stays.
+            if let url = state.url, let last = state.lastToken {
+                ResumeToken.removeFile(at: url, ifItNames: last.tempPath)
+            }
         }
     }
 
@@ -85,10 +89,13 @@ final class TokenFile: Sendable {
 
     private static func write(_ token: ResumeToken, into state: inout State) -> Result<URL, ResumableError> {
         let url = state.url ?? defaultURL(for: token)
-        if state.lastToken == nil, let earlier = try? ResumeToken(contentsOf: url), earlier.tempPath != token.tempPath,
-            FileManager.default.fileExists(atPath: earlier.tempPath)
-        {
-            state.replaced = earlier
+        if state.lastToken == nil, let earlier = try? ResumeToken(contentsOf: url), earlier.tempPath != token.tempPath {
+            // Another download that is running right now owns this token file: never take it over (its
+            // partial file would be orphaned, and our success would delete its token). The library stops.
+            if case .refused(let error) = Reconciliation.inspect(earlier).state, error.code == .tokenInUse {
+                return .failure(error)
+            }
+            if FileManager.default.fileExists(atPath: earlier.tempPath) { state.replaced = earlier }
         }
         state.url = url
         state.lastToken = token
