@@ -168,8 +168,8 @@ public final class DownloadTask: Sendable {
 
     /// Stops the transfer, flushes what arrived, keeps the temporary file, and returns a token to resume.
     ///
-    /// Returns `nil` when resuming is impossible: nothing was written yet, the server sent a
-    /// content-encoded body (its byte offsets cannot be trusted), or the bytes could not be flushed to disk.
+    /// Returns `nil` when resuming is impossible: nothing was written yet, or the bytes could not be flushed
+    /// to disk.
     /// The temporary file is removed when nothing can be resumed. After the task finished, returns `nil` too.
     public func cancelProducingResumeData() async -> ResumeToken? {
         engine.requestStop(.pause)

@@ -74,8 +74,7 @@ extension DownloadEngine {
                 writebackQueue.async { file.startWriteback(offset: start, count: offset - start) }
             }
             let emit = state.progress.add(count)
-            let resumable = state.machine.state.isResumable
-            let checkpoint = resumable && checkpoints.claimPeriodic() ? state.machine.state.token() : nil
+            let checkpoint = checkpoints.claimPeriodic() ? state.machine.state.token() : nil
             return (emit, checkpoint)
         }
         if emit { emitProgress() }

@@ -88,7 +88,7 @@ final class DownloadEngine: Sendable {
             let (discard, candidate) = state.withLock { state in
                 (
                     state.stop == .discard,
-                    state.machine.state.isResumable && state.machine.state.offset > 0
+                    state.machine.state.offset > 0
                         ? state.machine.state.token() : nil
                 )
             }
@@ -247,11 +247,8 @@ final class DownloadEngine: Sendable {
                 )
             }
             // The last token says the file is whole: a crash after the move below leaves a token that a
-            // resume recognizes as finished, instead of downloading everything again. So does a content-encoded
-            // download's, whose tokens otherwise say 0: the decoded file is complete all the same.
-            var whole = resume
-            whole.isResumable = true
-            try checkpoints.record(whole.token())
+            // resume recognizes as finished, instead of downloading everything again.
+            try checkpoints.record(resume.token())
             let finalPath = try finisher.moveIntoPlace(file, suggestedFilename: resume.suggestedFilename)
             return .success(
                 DownloadResult(

@@ -10,8 +10,6 @@ enum RestartReason: Hashable, Sendable, CustomStringConvertible {
     case unsatisfiableRange(String)
     /// Nothing proves the server's bytes are the ones on disk (no validators to check).
     case noValidators
-    /// The response was content-encoded, so byte offsets cannot be trusted.
-    case contentEncoded
 
     var description: String {
         switch self {
@@ -22,7 +20,6 @@ enum RestartReason: Hashable, Sendable, CustomStringConvertible {
         case .noValidators:
             return
                 "the server gives no strong validator (a strong ETag, or a Last-Modified older than its Date) to join safely"
-        case .contentEncoded: return "the answer is content-encoded, so it cannot be resumed"
         }
     }
 }

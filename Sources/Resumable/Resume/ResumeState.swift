@@ -33,9 +33,6 @@ struct ResumeState: Hashable, Sendable {
     var tempPath: String
     /// When the download started.
     var createdAt: Date
-    /// `false` once a content-encoded answer was accepted: offsets then count decoded bytes, which no
-    /// range request can continue.
-    var isResumable = true
 
     /// The state of a new download.
     init(
@@ -95,8 +92,7 @@ struct ResumeState: Hashable, Sendable {
         SensitiveHeaders.contains(name) || sensitiveHeaderNames.contains(name.lowercased())
     }
 
-    /// The token for this state. A download that cannot be resumed records offset 0: the file then holds
-    /// nothing a resume may keep, which is still a true statement about it.
+    /// The token for this state.
     func token(updatedAt: Date = Date()) -> ResumeToken {
         var stored: [String: String] = [:]
         for header in headers where !isSensitive(header.name) {
@@ -105,7 +101,7 @@ struct ResumeState: Hashable, Sendable {
         return ResumeToken(
             url: url,
             originalURL: originalURL,
-            offset: isResumable ? offset : 0,
+            offset: offset,
             expectedLength: expectedLength,
             etag: validators.etag,
             lastModified: validators.lastModified,

@@ -101,11 +101,11 @@ struct ResumeStateMachine: Sendable {
 
     /// The request to send next. Drops the bytes on disk first when nothing could prove a join safe.
     mutating func nextRequest() -> RequestPlan {
-        if state.offset > 0 && (!state.isResumable || state.validators.ifRange == nil) {
+        if state.offset > 0 && state.validators.ifRange == nil {
             // Pieces may only be joined under a strong validator the server checks (RFC 9110 §13.1.5,
             // §15.3.7.3). A weak ETag, or a Last-Modified too close to its Date, cannot prove the bytes on
             // disk are the server's: start again rather than risk a splice.
-            dropBytes(state.isResumable ? .noValidators : .contentEncoded)
+            dropBytes(.noValidators)
         }
         let newFile = droppedBytes
         droppedBytes = nil
@@ -239,8 +239,7 @@ struct ResumeStateMachine: Sendable {
     }
 
     private mutating func receiveWhole(_ head: ResponseHead, _ current: Exchange) -> HeadAction {
-        let encoding = Self.contentEncoding(head)
-        if let encoding {
+        if let encoding = Self.contentEncoding(head) {
             // Only identity was accepted. A decoded body has no length to check and a truncated stream looks
             // complete (the transports do not verify the coding's end), so it would be a short body called
             // complete: refuse it, keeping whatever is on disk.
@@ -252,7 +251,7 @@ struct ResumeStateMachine: Sendable {
             return .skipBody(.fail(error))
         }
         var length: Int64?
-        if encoding == nil, let declared = head.value("Content-Length") {
+        if let declared = head.value("Content-Length") {
             guard let parsed = Self.decimal(declared) else {
                 let error = ResumableError(.protocolViolation, "malformed Content-Length \(declared.debugDescription)")
                 return .skipBody(.fail(error))
@@ -263,9 +262,7 @@ struct ResumeStateMachine: Sendable {
         if state.offset > 0 {
             let previous = state.validators
             adoptValidators(head)
-            if encoding != nil {
-                newFile = .contentEncoded
-            } else if previous.etag != state.validators.etag || previous.lastModified != state.validators.lastModified {
+            if previous.etag != state.validators.etag || previous.lastModified != state.validators.lastModified {
                 newFile = .representationChanged
             } else {
                 newFile = .wholeRepresentation
@@ -277,7 +274,6 @@ struct ResumeStateMachine: Sendable {
         } else {
             adoptValidators(head)
         }
-        state.isResumable = encoding == nil
         state.expectedLength = length
         state.acceptRanges = head.value("Accept-Ranges")
         state.offset = 0
@@ -390,12 +386,9 @@ struct ResumeStateMachine: Sendable {
         }
         exchange = nil
         if let error {
-            guard error.isTransient else { return .fail(error) }
-            if !state.isResumable { dropBytes(.contentEncoded) }
-            return .retry(error)
+            return error.isTransient ? .retry(error) : .fail(error)
         }
         if let bodyEnd = current.bodyEnd, state.offset < bodyEnd {
-            if !state.isResumable { dropBytes(.contentEncoded) }
             return .retry(
                 ResumableError(.incompleteBody, "the body ended after \(state.offset) of \(bodyEnd) bytes"))
         }

@@ -27,7 +27,6 @@ extension ResumeStateMachine {
     var offset: Int64 { state.offset }
     var expectedLength: Int64? { state.expectedLength }
     var validators: Validators { state.validators }
-    var isResumable: Bool { state.isResumable }
     var url: URL { state.url }
 }
 
