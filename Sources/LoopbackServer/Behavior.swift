@@ -44,6 +44,10 @@ public struct Behavior: Sendable, Hashable {
     public var contentLengthOverride: String?
     /// Send this exact `Content-Range` value on a 206 instead of the computed one (the body is unchanged).
     public var extraContentRange: String?
+    /// Informational responses (such as `103 Early Hints`) sent, in order, before the final response's head.
+    public var interimResponses: [InterimResponse]
+    /// Hold the body after ``BodyGate/limit`` bytes until the test moves or opens the gate (see ``BodyGate``).
+    public var gate: BodyGate?
 
     /// A correct server: no deviation at all.
     public static let normal = Behavior()
@@ -67,6 +71,8 @@ public struct Behavior: Sendable, Hashable {
     ///   - omitContentRangeOn416: Leave `Content-Range` out of a 416.
     ///   - contentLengthOverride: Send this exact `Content-Length`.
     ///   - extraContentRange: Send this exact `Content-Range` on a 206.
+    ///   - interimResponses: Send these 1xx responses before the final one.
+    ///   - gate: Hold the body at this gate's limit.
     public init(
         ignoreRange: Bool = false,
         ignoreIfRange: Bool = false,
@@ -83,7 +89,9 @@ public struct Behavior: Sendable, Hashable {
         multipartRanges: Bool = false,
         omitContentRangeOn416: Bool = false,
         contentLengthOverride: String? = nil,
-        extraContentRange: String? = nil
+        extraContentRange: String? = nil,
+        interimResponses: [InterimResponse] = [],
+        gate: BodyGate? = nil
     ) {
         self.ignoreRange = ignoreRange
         self.ignoreIfRange = ignoreIfRange
@@ -101,5 +109,7 @@ public struct Behavior: Sendable, Hashable {
         self.omitContentRangeOn416 = omitContentRangeOn416
         self.contentLengthOverride = contentLengthOverride
         self.extraContentRange = extraContentRange
+        self.interimResponses = interimResponses
+        self.gate = gate
     }
 }

@@ -4,9 +4,9 @@ import Foundation
 ///
 /// It binds a random free port by default, serves registered ``Resource``s (bytes, generated content or files) and
 /// optionally a directory, with correct `Range`, `If-Range`, `ETag` and `Last-Modified` semantics — and misbehaves
-/// on request through ``Behavior`` and ``ScriptedResponse``. Every response carries `Connection: close`; each
-/// connection is served on its own thread. ``shutdown()`` (also run on deinit) stops everything and joins the
-/// threads.
+/// on request through ``Behavior`` and ``ScriptedResponse``. Every response carries `Connection: close` unless
+/// ``Configuration/keepAlive`` is on; each connection is served on its own thread. ``shutdown()`` (also run on
+/// deinit) stops everything and joins the threads.
 public final class LoopbackServer: Sendable {
     /// The actual bound port.
     public let port: UInt16

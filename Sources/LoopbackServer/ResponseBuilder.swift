@@ -159,7 +159,20 @@ struct ResponseBuilder {
         plan.dropAfterBytes = behavior.dropAfterBytes ?? configuration.dropAfterBytes
         plan.resetOnDrop = behavior.resetOnDrop
         plan.throttleBytesPerSecond = behavior.throttleBytesPerSecond ?? configuration.throttleBytesPerSecond
+        plan.interim = behavior.interimResponses
+        plan.gate = behavior.gate
+        plan.keepAlive =
+            configuration.keepAlive && requestAllowsKeepAlive && plan.dropAfterBytes == nil
+            && behavior.contentLengthOverride == nil
         return plan
+    }
+
+    /// Whether the request lets the connection stay open: HTTP/1.1, no `Connection: close`, and no request body
+    /// (which the server never reads).
+    private var requestAllowsKeepAlive: Bool {
+        let connection = head.header("Connection")?.lowercased() ?? ""
+        return head.version == "HTTP/1.1" && !connection.contains("close")
+            && head.header("Content-Length") == nil && head.header("Transfer-Encoding") == nil
     }
 
     /// A small `text/html` page for `status`.

@@ -23,6 +23,8 @@ struct ResponsePlan {
         }
     }
 
+    /// Informational responses written before the head.
+    var interim: [InterimResponse] = []
     /// The status code.
     var status: Int
     /// A raw status line replacing `HTTP/1.1 <status> <reason>`.
@@ -41,6 +43,11 @@ struct ResponsePlan {
     var throttleBytesPerSecond: Int?
     /// Use chunked transfer coding.
     var chunked = false
+    /// Hold the body at this gate's limit.
+    var gate: BodyGate?
+    /// Leave the connection open for the next request (no `Connection: close`); only when the body is framed
+    /// exactly and sent whole (see ``LoopbackServer/Configuration/keepAlive``).
+    var keepAlive = false
 
     /// The body length on the wire (before chunked framing).
     var bodyLength: Int64 {
@@ -54,7 +61,7 @@ struct ResponsePlan {
         for field in headers {
             text += "\(field.name): \(field.value)\r\n"
         }
-        if !headers.contains(named: "Connection") {
+        if !keepAlive && !headers.contains(named: "Connection") {
             text += "Connection: close\r\n"
         }
         text += "\r\n"

@@ -44,8 +44,11 @@ final class ResponseWriter {
         self.isStopping = isStopping
     }
 
-    /// Sends the head and (unless excluded) the body.
+    /// Sends the interim responses, the head and (unless excluded) the body.
     func write() -> Outcome {
+        for interim in plan.interim {
+            guard SocketIO.sendAll(descriptor, interim.bytes) else { return .failed }
+        }
         guard SocketIO.sendAll(descriptor, plan.headBytes) else { return .failed }
         guard plan.includesBody else { return .completed }
         for part in plan.parts {
@@ -115,7 +118,11 @@ final class ResponseWriter {
         var offset = 0
         while offset < data.count {
             if isStopping() { return .failed }
-            let length = min(pieceSize, data.count - offset)
+            var length = min(pieceSize, data.count - offset)
+            if let gate = plan.gate {
+                guard let room = hold(at: gate) else { return .failed }
+                length = Int(min(Int64(length), room))
+            }
             let piece = UnsafeRawBufferPointer(rebasing: data[offset..<offset + length])
             guard sendPiece(piece) else { return .failed }
             offset += length
@@ -123,6 +130,38 @@ final class ResponseWriter {
             guard pace() else { return .failed }
         }
         return dropsAfterThis ? .dropped : .completed
+    }
+
+    /// Waits while `gate` lets no more bytes through; returns how many may be sent now (more than 0), or `nil`
+    /// when the client closed the connection or the server is stopping.
+    private func hold(at gate: BodyGate) -> Int64? {
+        var held = false
+        defer { if held { gate.leave() } }
+        while true {
+            guard let room = gate.room(after: bodyBytesSent) else { return .max }
+            if room > 0 { return room }
+            if !held {
+                gate.arrive()
+                held = true
+            }
+            if isStopping() || peerClosed(waitingMilliseconds: 10) { return nil }
+        }
+    }
+
+    /// Waits up to `milliseconds` for the client to close the connection; returns whether it did (bytes it sent
+    /// meanwhile, such as a pipelined request, are left unread).
+    private func peerClosed(waitingMilliseconds milliseconds: Int32) -> Bool {
+        var descriptors = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
+        let ready = poll(&descriptors, 1, milliseconds)
+        guard ready > 0 else { return false }
+        if descriptors[0].revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 { return true }
+        var byte: UInt8 = 0
+        let peeked = recv(descriptor, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        if peeked == 0 { return true }
+        if peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR { return true }
+        // Unread request bytes keep the socket readable: wait without polling it.
+        usleep(UInt32(milliseconds) * 1000)
+        return false
     }
 
     private var pacingChunkSize: Int {

@@ -17,39 +17,61 @@ extension ServerCore {
         case closed
     }
 
-    /// Serves one connection: one request, one response, then close (`Connection: close`).
-    func serve(connection descriptor: Int32) {
-        SocketIO.setOption(descriptor, level: Int32(IPPROTO_TCP), name: TCP_NODELAY, value: 1)
-        SocketIO.setReceiveTimeout(descriptor, milliseconds: 30_000)
-        var reset = false
-        switch readHead(descriptor) {
-        case .closed:
-            break
-        case .invalid(let status):
-            let builder = ResponseBuilder(
-                head: HTTPRequestHead(method: "GET", target: "/", version: "HTTP/1.1", headers: []),
-                configuration: configuration)
-            var plan = builder.errorPage(status)
-            plan.dropAfterBytes = nil
-            plan.throttleBytesPerSecond = nil
-            _ = write(plan, source: nil, on: descriptor)
-        case .request(let head):
-            reset = respond(to: head, on: descriptor)
-        }
-        finish(connection: descriptor, reset: reset)
+    /// What becomes of a connection after a response.
+    enum AfterResponse {
+        /// Close it gracefully.
+        case close
+        /// Reset it (`SO_LINGER` 0).
+        case reset
+        /// Read the next request on it (``LoopbackServer/Configuration/keepAlive``).
+        case keepOpen
     }
 
-    /// Reads up to and including the empty line ending the head.
-    func readHead(_ descriptor: Int32) -> HeadReadResult {
-        var buffer: [UInt8] = []
+    /// How long a kept-open connection waits for its next request before the server closes it: 10 minutes.
+    static let keepAliveIdleMilliseconds = 600_000
+
+    /// Serves one connection: one request and its response, then close (`Connection: close`) — or, with
+    /// ``LoopbackServer/Configuration/keepAlive``, further requests while every response leaves it open. `number`
+    /// is the connection's place in the order of acceptance (``RecordedRequest/connection``).
+    func serve(connection descriptor: Int32, number: Int) {
+        SocketIO.setOption(descriptor, level: Int32(IPPROTO_TCP), name: TCP_NODELAY, value: 1)
+        SocketIO.setReceiveTimeout(descriptor, milliseconds: 30_000)
+        var received: [UInt8] = []
+        var after = AfterResponse.close
+        repeat {
+            switch readHead(descriptor, buffer: &received) {
+            case .closed:
+                after = .close
+            case .invalid(let status):
+                let builder = ResponseBuilder(
+                    head: HTTPRequestHead(method: "GET", target: "/", version: "HTTP/1.1", headers: []),
+                    configuration: configuration)
+                var plan = builder.errorPage(status)
+                plan.dropAfterBytes = nil
+                plan.throttleBytesPerSecond = nil
+                plan.keepAlive = false
+                _ = write(plan, source: nil, on: descriptor)
+                after = .close
+            case .request(let head):
+                after = respond(to: head, connection: number, on: descriptor)
+            }
+            if after == .keepOpen {
+                // A kept-open connection waits long for its next request: a client that pauses between requests
+                // (a test kept waiting by a busy machine) must find it open. Shutdown still wakes the wait.
+                SocketIO.setReceiveTimeout(descriptor, milliseconds: Self.keepAliveIdleMilliseconds)
+            }
+        } while after == .keepOpen && !isStopping
+        finish(connection: descriptor, reset: after == .reset)
+    }
+
+    /// Reads up to and including the empty line ending the head. `buffer` holds bytes already received and keeps
+    /// what follows the head (the next request on a kept-open connection).
+    func readHead(_ descriptor: Int32, buffer: inout [UInt8]) -> HeadReadResult {
         var chunk = [UInt8](repeating: 0, count: 8192)
         while true {
-            let received = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
-            if received < 0 && errno == EINTR { continue }
-            guard received > 0 else { return .closed }
-            buffer += chunk[0..<received]
             if let end = HTTPRequestHead.headEnd(in: buffer) {
                 guard end <= HTTPRequestHead.maxHeadSize else { return .invalid(status: 431) }
+                defer { buffer.removeFirst(end) }
                 do {
                     return .request(try HTTPRequestHead.parse(buffer[0..<end]))
                 } catch {
@@ -57,12 +79,17 @@ extension ServerCore {
                 }
             }
             if buffer.count > HTTPRequestHead.maxHeadSize { return .invalid(status: 431) }
+            let received = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            if received < 0 && errno == EINTR { continue }
+            guard received > 0 else { return .closed }
+            buffer += chunk[0..<received]
         }
     }
 
-    /// Records the request, picks the response and writes it; returns whether to reset the connection.
-    func respond(to head: HTTPRequestHead, on descriptor: Int32) -> Bool {
-        let recorded = head.recorded
+    /// Records the request, picks the response and writes it; returns what becomes of the connection.
+    func respond(to head: HTTPRequestHead, connection: Int, on descriptor: Int32) -> AfterResponse {
+        var recorded = head.recorded
+        recorded.connection = connection
         let decodedPath = PercentDecoding.decodeString(recorded.path)
         let (action, registered, staticRoot) = state.withLock { state in
             state.requests.append(recorded)
@@ -124,8 +151,8 @@ extension ServerCore {
             builder.content(resource: resource, behavior: behavior, source: source), source: source, on: descriptor)
     }
 
-    /// Writes a plan; returns whether the connection must be reset.
-    private func write(_ plan: ResponsePlan, source: ContentSource? = nil, on descriptor: Int32) -> Bool {
+    /// Writes a plan; returns what becomes of the connection.
+    private func write(_ plan: ResponsePlan, source: ContentSource? = nil, on descriptor: Int32) -> AfterResponse {
         let needsScratch =
             plan.includesBody
             && plan.parts.contains { part in
@@ -138,7 +165,10 @@ extension ServerCore {
         let writer = ResponseWriter(descriptor: descriptor, plan: plan, source: source, scratch: scratch) {
             [self] in isStopping
         }
-        let outcome = writer.write()
-        return outcome == .dropped && plan.resetOnDrop
+        switch writer.write() {
+        case .dropped where plan.resetOnDrop: return .reset
+        case .completed where plan.keepAlive: return .keepOpen
+        default: return .close
+        }
     }
 }

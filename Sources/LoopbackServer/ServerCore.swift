@@ -28,6 +28,8 @@ final class ServerCore: Sendable {
         var requests: [RecordedRequest] = []
         var staticRoot: URL?
         var connections: Set<Int32> = []
+        /// How many connections were accepted: the last one's number (see ``RecordedRequest/connection``).
+        var connectionCount = 0
         var shutdownStarted = false
     }
 
@@ -120,20 +122,21 @@ final class ServerCore: Sendable {
                 }
                 continue
             }
-            let accepted = state.withLock { state in
-                guard !state.shutdownStarted, state.connections.count < Self.maxConnections else { return false }
+            let number = state.withLock { state -> Int? in
+                guard !state.shutdownStarted, state.connections.count < Self.maxConnections else { return nil }
                 state.connections.insert(connection)
-                return true
+                state.connectionCount += 1
+                return state.connectionCount
             }
             _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
             _ = fcntl(connection, F_SETFL, fcntl(connection, F_GETFL) & ~O_NONBLOCK)
-            guard accepted else {
+            guard let number else {
                 close(connection)
                 continue
             }
             connectionGroup.enter()
             let thread = Thread { [self] in
-                serve(connection: connection)
+                serve(connection: connection, number: number)
                 connectionGroup.leave()
             }
             thread.name = "LoopbackServer.connection"

@@ -93,7 +93,7 @@ struct ScriptedResponseTests {
             _ = try? RawHTTPClient.request(port: port, path: "/later")
         }
         thread.start()
-        #expect(await server.waitForRequests(count: 1, path: "/later", timeout: .seconds(5)))
+        #expect(await server.waitForRequests(count: 1, path: "/later", timeout: .seconds(60)))
     }
 
     @Test("Absolute-form targets are recorded with their path")

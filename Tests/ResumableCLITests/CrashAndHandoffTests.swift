@@ -18,20 +18,29 @@ struct CrashAndHandoffTests {
         "kill -9 at several random moments: each resume starts at or after the last checkpoint, and the file ends identical"
     )
     func repeatedKills() async throws {
-        let served = try ServedFile(length: Self.length, behavior: Behavior(throttleBytesPerSecond: 1 << 20))
+        let served = try ServedFile(length: Self.length)
         let scratch = try ScratchDirectory()
         let tokenURL = scratch.file("file.bin.resumable.json")
         var generator = SystemRandomNumberGenerator()
-        var arguments = ["get", served.url, "--quiet"]
+        // A long idle timeout: a held process never gives up and retries while a busy machine keeps the test waiting.
+        let patient = ["--timeout", "3600"]
+        var arguments = ["get", served.url, "--quiet"] + patient
         var lastCheckpoint: Int64 = 0
         for round in 0..<3 {
+            // Each process's response is held by a gate of its own, so no process can finish the file.
+            let gate = served.holdBody(after: 64 * 1024)
+            let bodyLength = Self.length - lastCheckpoint
             let process = try CLIProcess(arguments, in: scratch.url)
-            // Let it run past its first checkpoint, then kill it at a random moment.
-            let checkpointed = try await eventually {
-                ((try? ResumeToken(contentsOf: tokenURL))?.offset ?? 0) > lastCheckpoint
+            // Let it run past a checkpoint beyond the last one (checkpoints come while bytes arrive) …
+            let previous = lastCheckpoint
+            let checkpointed = try await trickle(gate, bodyLength: bodyLength) {
+                (tokenOffset(at: tokenURL) ?? 0) > previous
             }
-            #expect(checkpointed, "round \(round)")
-            try await Task.sleep(for: .milliseconds(Int.random(in: 0...700, using: &generator)))
+            #expect(checkpointed, "round \(round): \(gate) \(process.stderrSoFar)")
+            // … then a random way further, and kill it at a random moment: maybe while bytes are arriving.
+            let further = Int64.random(in: 0...(256 * 1024), using: &generator)
+            if let limit = gate.limit, limit + further < bodyLength { gate.advance(by: further) }
+            try await Task.sleep(for: .milliseconds(Int.random(in: 0...300, using: &generator)))
             let seen = try ResumeToken(contentsOf: tokenURL).offset
             served.server.clearRequests()
             process.send(SIGKILL)
@@ -40,16 +49,17 @@ struct CrashAndHandoffTests {
             let token = try ResumeToken(contentsOf: tokenURL)
             #expect(token.offset >= seen, "the token on disk never goes backwards")
             lastCheckpoint = token.offset
-            arguments = ["resume", tokenURL.path, "--quiet"]
+            arguments = ["resume", tokenURL.path, "--quiet"] + patient
             if round < 2 {
                 // The next round's first request must start at the checkpoint, not at 0.
+                _ = served.holdBody(after: 0)
                 let next = try CLIProcess(arguments, in: scratch.url)
                 let asked = try await eventually { served.server.requests(for: served.path).count > 0 }
                 #expect(asked)
                 #expect(served.ranges.first == "bytes=\(token.offset)-", "round \(round)")
                 next.send(SIGKILL)
                 _ = try await next.finish()
-                lastCheckpoint = (try? ResumeToken(contentsOf: tokenURL))?.offset ?? lastCheckpoint
+                lastCheckpoint = tokenOffset(at: tokenURL) ?? lastCheckpoint
             }
         }
         served.setBehavior(.normal)

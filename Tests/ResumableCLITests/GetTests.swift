@@ -75,7 +75,7 @@ struct GetTests {
         #expect(mismatch.stderr.contains("SHA-256"))
         #expect(scratch.contents().isEmpty)
 
-        var digest = SHA256()
+        var digest = PortableSHA256()
         digest.update(served.bytes)
         let expected = digest.hexDigest()
         let match = try await CLIProcess.run(["get", served.url, "--sha256", expected.uppercased()], in: scratch.url)
@@ -195,8 +195,16 @@ struct GetTests {
         #expect(first.exitCode == 75, "\(first)")
         let orphan = try #require(scratch.partialFiles().first)
 
-        served.setBehavior(.normal)
-        let second = try await CLIProcess.run(["get", served.url], in: scratch.url)
+        // The warning comes with the second download's first checkpoint: the gate keeps the download from
+        // finishing before it (a small file could otherwise end before any checkpoint).
+        let gate = served.holdBody(after: 16 * 1024)
+        let running = try CLIProcess(["get", served.url, "--timeout", "3600"], in: scratch.url)
+        let warned = try await trickle(gate, bodyLength: served.length) {
+            running.stderrSoFar.contains("warning: replaced the resume token")
+        }
+        #expect(warned, "\(gate) \(running.stderrSoFar)")
+        gate.open()
+        let second = try await running.finish()
         #expect(second.exitCode == 0, "\(second)")
         #expect(second.stderr.contains("warning: replaced the resume token of an earlier unfinished download"))
         #expect(second.stderr.contains(orphan))

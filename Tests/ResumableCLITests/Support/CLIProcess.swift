@@ -66,7 +66,7 @@ final class CLIProcess: Sendable {
 
     /// Runs `resumable` to its end.
     static func run(
-        _ arguments: [String], in directory: URL, timeout: Duration = .seconds(30)
+        _ arguments: [String], in directory: URL, timeout: Duration = CLIProcess.deadline
     ) async throws -> CLIResult {
         try await CLIProcess(arguments, in: directory).finish(timeout: timeout)
     }
@@ -81,8 +81,15 @@ final class CLIProcess: Sendable {
     /// Standard error so far.
     var stderrSoFar: String { output.withLock { String(decoding: $0.stderr, as: UTF8.self) } }
 
+    /// How long a test waits for a process, or for something a process does, before it counts as hung: generous,
+    /// as the whole suite runs in parallel and a busy machine can keep a process waiting for many seconds.
+    static let deadline: Duration = .seconds(120)
+
     /// Waits for the process to exit and its output to end; kills it and fails the test after `timeout`.
-    func finish(timeout: Duration = .seconds(30)) async throws -> CLIResult {
+    ///
+    /// It polls on `Task.sleep` (the output is read on threads of its own), so no thread of the cooperative pool
+    /// blocks meanwhile.
+    func finish(timeout: Duration = CLIProcess.deadline) async throws -> CLIResult {
         let clock = ContinuousClock()
         let deadline = clock.now + timeout
         while process.withLock({ $0.isRunning }) || output.withLock({ $0.openStreams > 0 }) {
@@ -149,9 +156,11 @@ final class CLIProcess: Sendable {
     }
 }
 
-/// Polls `condition` every 10 ms until it holds or `timeout` passes.
+/// Polls `condition` every 10 ms (on `Task.sleep`) until it holds or `timeout` passes; the default is generous, so
+/// that only a real failure reaches it. The condition is checked once more at the end, so a wait the busy pool kept
+/// from running still sees what happened meanwhile.
 func eventually(
-    timeout: Duration = .seconds(10), _ condition: () throws -> Bool
+    timeout: Duration = CLIProcess.deadline, _ condition: () throws -> Bool
 ) async throws -> Bool {
     let clock = ContinuousClock()
     let deadline = clock.now + timeout

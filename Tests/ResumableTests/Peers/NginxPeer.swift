@@ -14,7 +14,7 @@ import Foundation
 /// each request carried, and the body bytes sent (see ``accessLog()``).
 ///
 /// ```swift
-/// let nginx = try await NginxPeer(serverDirectives: "location /slow/ { limit_rate 256k; }")
+/// let nginx = try await NginxPeer(serverDirectives: "location /slow/ { limit_rate_after 64k; limit_rate 1; }")
 /// defer { nginx.stop() }
 /// try nginx.write(bytes, to: "/slow/file.bin")
 /// ```
@@ -139,11 +139,12 @@ final class NginxPeer: Sendable {
         }.filter { !$0.uri.hasPrefix("/.peer-probe-") }
     }
 
-    /// The requests for `uri` logged so far, after waiting (up to 5 s) until `condition` holds for them.
+    /// The requests for `uri` logged so far, after waiting (up to ``Waiting/deadline``) until `condition` holds
+    /// for them.
     func accessLog(
         for uri: String, waitingUntil condition: ([AccessLogEntry]) -> Bool = { _ in true }
     ) async throws -> [AccessLogEntry] {
-        let deadline = ContinuousClock.now + .seconds(5)
+        let deadline = ContinuousClock.now + Waiting.deadline
         while true {
             let entries = accessLog().filter { $0.uri == uri }
             if condition(entries) || ContinuousClock.now >= deadline { return entries }

@@ -11,10 +11,10 @@ import Testing
 
 /// Resuming against a real nginx (Debian's `nginx-light`): its own `ETag`s, `If-Range` checks, 206s and 416s.
 ///
-/// Each test starts its own nginx (see ``NginxPeer``). Requests without `Range` under `/slow*/` trickle at
-/// 512 KiB/s in 16 KiB pieces (`limit_rate` waits after each piece; nginx never sends more than a second's worth
-/// ahead), so a 4 MB file takes at least 6.6 s and a test pauses it after 32 KiB, within a few pieces. Range
-/// requests, the resumes, run at full speed.
+/// Each test starts its own nginx (see ``NginxPeer``). Requests without `Range` under `/slow*/` send their first
+/// 64 KiB at once (`limit_rate_after`) and then next to nothing: `limit_rate` of 1 byte per second, after a piece
+/// of at most 16 KiB, makes nginx wait hours before the next piece. So a test that pauses after 32 KiB always
+/// finds the download mid-transfer, however busy the machine. Range requests, the resumes, run at full speed.
 @Suite(
     "Resuming against nginx",
     .enabled(
@@ -23,10 +23,12 @@ import Testing
     )
 )
 struct NginxPeerTests {
-    static let httpDirectives = #"map $http_range $first_request_rate { "" 512k; default 0; }"#
+    static let httpDirectives = #"map $http_range $first_request_rate { "" 1; default 0; }"#
     static let serverDirectives = """
-        location /slow/ { limit_rate $first_request_rate; sendfile_max_chunk 16k; }
-        location /slow-no-etag/ { limit_rate $first_request_rate; sendfile_max_chunk 16k; etag off; }
+        location /slow/ { limit_rate $first_request_rate; limit_rate_after 64k; sendfile_max_chunk 16k; }
+        location /slow-no-etag/ {
+            limit_rate $first_request_rate; limit_rate_after 64k; sendfile_max_chunk 16k; etag off;
+        }
         """
     static let size = 4_000_000
     static let pauseAfter: Int64 = 32 * 1024
@@ -49,7 +51,7 @@ struct NginxPeerTests {
         let task = try DownloadTask(
             url: nginx.url(path), destination: .directory(downloads.url),
             configuration: PeerDownloads.configuration(transport))
-        let token = try await PeerDownloads.pause(task, atLeast: pauseAfter)
+        let token = try await PeerDownloads.pause(task, atLeast: pauseAfter, in: downloads)
         #expect(token.offset >= pauseAfter && token.offset < Int64(size), "paused mid-transfer")
         return token
     }
@@ -247,7 +249,7 @@ struct NginxPeerTests {
             destination: .directory(downloads.url),
             configuration: PeerDownloads.configuration(transport)
         )
-        for await progress in task.progress where progress.bytesOnDisk >= Self.pauseAfter { break }
+        try await PeerDownloads.waitForBytesOnDisk(Self.pauseAfter, in: downloads)
         first.stop(signal: SIGKILL)
 
         let error: ResumableError

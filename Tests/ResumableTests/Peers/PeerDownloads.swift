@@ -36,21 +36,40 @@ enum PeerDownloads {
     static let transports: [DownloadTask.Transport] = [.urlSession, .libcurl]
 
     /// No retries, so every request the server sees is one the test expects; progress every 5 ms, so a pause
-    /// can come early.
+    /// can come early; a long idle timeout, as nginx holds the first request of a test (see ``NginxPeerTests``)
+    /// for as long as a busy machine keeps the test from pausing it.
     static func configuration(_ transport: DownloadTask.Transport) -> DownloadTask.Configuration {
         DownloadTask.Configuration(
-            retry: .none, idleTimeout: .seconds(20), progressInterval: .milliseconds(5), transport: transport)
+            retry: .none, idleTimeout: .seconds(600), progressInterval: .milliseconds(5), transport: transport)
     }
 
-    /// Waits until at least `bytes` are on disk, then pauses with the library's own
-    /// ``DownloadTask/cancelProducingResumeData()`` and returns the token.
-    static func pause(_ task: DownloadTask, atLeast bytes: Int64) async throws -> ResumeToken {
-        for await progress in task.progress where progress.bytesOnDisk >= bytes { break }
+    /// Waits until the download's temporary file in `directory` holds at least `bytes`, then pauses with the
+    /// library's own ``DownloadTask/cancelProducingResumeData()`` and returns the token.
+    ///
+    /// It watches the file, not the progress events: those come only while bytes arrive, and a peer that holds
+    /// the body (as the tests' nginx does after its first 64 KiB) sends none for a long time.
+    static func pause(_ task: DownloadTask, atLeast bytes: Int64, in directory: TemporaryDirectory) async throws
+        -> ResumeToken
+    {
+        try await waitForBytesOnDisk(bytes, in: directory)
         guard let token = await task.cancelProducingResumeData() else {
             let outcome = await task.result
             throw PeerError(description: "the download ended before \(bytes) bytes, so it could not pause: \(outcome)")
         }
         return token
+    }
+
+    /// Waits (up to ``Waiting/deadline``) until a temporary file of the library in `directory` holds at least
+    /// `bytes`.
+    static func waitForBytesOnDisk(_ bytes: Int64, in directory: TemporaryDirectory) async throws {
+        let written = try await waitUntil {
+            temporaryFiles(in: directory).contains { name in
+                let path = directory.url.appendingPathComponent(name).path
+                let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+                return (size ?? 0) >= bytes
+            }
+        }
+        try #require(written, "no temporary file in \(directory.path) reached \(bytes) bytes")
     }
 
     /// The token after a trip through a JSON file, as another process would read it.

@@ -47,6 +47,10 @@ enum PeerEnvironment {
 ///
 /// The process is stopped by ``stop(signal:)`` or when the value is released. Swift may release a value
 /// after its last use, before the end of its scope, so tests keep it alive with `defer { peer.stop() }`.
+///
+/// Nothing here blocks a thread of Swift concurrency's cooperative pool, which the whole suite shares: the
+/// readiness probe runs on a thread of its own, and stopping signals at once and leaves the waiting for the exit
+/// (and the reaping) to a thread of its own.
 final class PeerProcess: Sendable {
     /// What the peer is, for messages.
     let name: String
@@ -124,7 +128,8 @@ final class PeerProcess: Sendable {
         try process.run()
     }
 
-    /// Stops the process with `signal` and reaps it; SIGKILL follows when it has not exited within 5 s.
+    /// Sends `signal` to the process at once, without waiting: a thread of its own waits for the exit, sends
+    /// SIGKILL when the process is still running after 30 s, and reaps it.
     ///
     /// Only the first call signals; later calls return at once.
     func stop(signal: Int32 = SIGTERM) {
@@ -133,16 +138,21 @@ final class PeerProcess: Sendable {
             return !stopped
         }
         guard first else { return }
+        let process = self.process
         if process.isRunning {
             kill(process.processIdentifier, signal)
         }
-        if !waitForExit(within: .seconds(5)) {
-            kill(process.processIdentifier, SIGKILL)
-            _ = waitForExit(within: .seconds(5))
+        let reaper = Thread {
+            if !Self.waitForExit(of: process, within: .seconds(30)) {
+                kill(process.processIdentifier, SIGKILL)
+                _ = Self.waitForExit(of: process, within: .seconds(30))
+            }
+            if !process.isRunning {
+                process.waitUntilExit()
+            }
         }
-        if !process.isRunning {
-            process.waitUntilExit()
-        }
+        reaper.name = "PeerProcess.reaper"
+        reaper.start()
     }
 
     /// Whether the process is still running.
@@ -156,7 +166,8 @@ final class PeerProcess: Sendable {
         }.joined(separator: "\n")
     }
 
-    private func waitForExit(within timeout: Duration) -> Bool {
+    /// Polls until `process` exited; blocking, so only for a thread of its own.
+    private static func waitForExit(of process: Process, within timeout: Duration) -> Bool {
         let deadline = ContinuousClock.now + timeout
         while process.isRunning {
             if ContinuousClock.now >= deadline { return false }
@@ -172,14 +183,19 @@ final class PeerProcess: Sendable {
         let probe = documentRoot.appendingPathComponent(".peer-probe-\(nonce)")
         try Data(nonce.utf8).write(to: probe)
         defer { try? FileManager.default.removeItem(at: probe) }
-        let deadline = ContinuousClock.now + .seconds(20)
-        while ContinuousClock.now < deadline {
+        let deadline = ContinuousClock.now + Waiting.deadline
+        let (path, port) = ("/" + probe.lastPathComponent, self.port)
+        while true {
+            let lastTry = ContinuousClock.now >= deadline
             if !process.isRunning { return false }
-            if Self.get(path: "/" + probe.lastPathComponent, port: port) == Data(nonce.utf8) { return true }
+            // A blocking request (with timeouts of its own): on a thread of its own.
+            if try await onOwnThread({ Self.get(path: path, port: port) }) == Data(nonce.utf8) { return true }
+            if lastTry { break }
             try await Task.sleep(for: .milliseconds(20))
         }
         stop(signal: SIGKILL)
-        throw PeerError(description: "\(name) did not serve a file on port \(port) within 20 s:\n\(diagnostics())")
+        throw PeerError(
+            description: "\(name) did not serve a file on port \(port) within \(Waiting.deadline):\n\(diagnostics())")
     }
 
     // MARK: - Sockets

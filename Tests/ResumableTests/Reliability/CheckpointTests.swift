@@ -15,17 +15,27 @@ struct CheckpointTests {
     func checkpointsAdvance() async throws {
         let fixture = try DownloadFixture()
         let content = testBytes(count: 1_500_000)
-        fixture.serve(.bytes(content, behavior: Behavior(throttleBytesPerSecond: 3_000_000)))
+        let gate = fixture.serveHeld(.bytes(content), after: 100_000)
         let collected = Collected()
         var configuration = DownloadFixture.configuration()
         configuration.checkpointing = DownloadTask.Checkpointing(interval: .milliseconds(100)) { token in
             let size = (try? FileManager.default.attributesOfItem(atPath: token.tempPath)[.size] as? Int) ?? -1
             collected.tokens.withLock { $0.append((token, size)) }
         }
-        let result = try await fixture.download(configuration: configuration).value
+        let task = try fixture.download(configuration: configuration)
+        // Periodic checkpoints come while bytes arrive: let the body go on in small steps until three more came.
+        for round in 1...3 {
+            let before = collected.tokens.withLock { $0.count }
+            let advanced = try await trickle(gate, bodyLength: Int64(content.count)) {
+                collected.tokens.withLock { $0.count } > before
+            }
+            #expect(advanced, "checkpoint \(round) after the first never came: \(gate)")
+        }
+        gate.open()
+        let result = try await task.value
         #expect(try fixture.contents(of: result.fileURL) == content)
         let tokens = collected.tokens.withLock { $0 }
-        #expect(tokens.count >= 3, "about one per 100 ms over ~0.5 s")
+        #expect(tokens.count >= 4, "the first, then one for each round")
         #expect(tokens.first?.token.offset == 0, "the first checkpoint comes as soon as the response is accepted")
         let offsets = tokens.map(\.token.offset)
         #expect(offsets == offsets.sorted())
@@ -38,22 +48,20 @@ struct CheckpointTests {
     func checkpointFileResumes() async throws {
         let fixture = try DownloadFixture()
         let content = testBytes(count: 4_000_000)
-        fixture.serve(.bytes(content, behavior: Behavior(throttleBytesPerSecond: 2_000_000)))
+        let gate = fixture.serveHeld(.bytes(content), after: 200_000)
         let tokenFile = fixture.directory.url.appendingPathComponent("checkpoint.json")
         var configuration = DownloadFixture.configuration()
         configuration.checkpointing = .file(tokenFile, interval: .milliseconds(50))
         let task = try fixture.download(configuration: configuration)
         // Simulate a crash: the task is abandoned without producing resume data; only the checkpoint is left.
-        var checkpoint: ResumeToken?
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            if let token = try? ResumeToken(contentsOf: tokenFile), token.offset >= 200_000 {
-                checkpoint = token
-                break
-            }
-            try await Task.sleep(for: .milliseconds(20))
+        let checkpointed = try await trickle(gate, bodyLength: Int64(content.count)) {
+            ((try? ResumeToken(contentsOf: tokenFile))?.offset ?? 0) >= 200_000
         }
-        let found = try #require(checkpoint)
+        #expect(checkpointed, "\(gate)")
+        // Checkpoints only move forward, and the gate keeps the download from finishing: this one is at 200 000 or
+        // beyond, and before the end.
+        let found = try ResumeToken(contentsOf: tokenFile)
+        #expect(found.offset >= 200_000)
         #expect(found.offset < 4_000_000)
         _ = await task.cancelProducingResumeData()
         fixture.serve(.bytes(content))

@@ -9,18 +9,27 @@ final class SmallFileSystem {
     let directory: TemporaryDirectory
     private(set) var mounted = false
 
-    init?(kilobytes: Int) throws {
-        directory = try TemporaryDirectory()
+    private init(directory: TemporaryDirectory) {
+        self.directory = directory
+    }
+
+    /// A mounted tmpfs of `kilobytes`, or `nil` when it cannot be mounted (not root, or not allowed).
+    static func mount(kilobytes: Int) async throws -> SmallFileSystem? {
+        let system = SmallFileSystem(directory: try TemporaryDirectory())
         guard geteuid() == 0 else { return nil }
-        guard Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(kilobytes)k", "tmpfs", directory.path]) else {
+        let path = system.directory.path
+        guard try await onOwnThread({ run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(kilobytes)k", "tmpfs", path]) })
+        else {
             return nil
         }
-        mounted = true
+        system.mounted = true
+        return system
     }
 
     /// Grows the file system to `kilobytes`, as if space had been freed.
-    func grow(toKilobytes kilobytes: Int) -> Bool {
-        Self.run("/bin/mount", ["-o", "remount,size=\(kilobytes)k", directory.path])
+    func grow(toKilobytes kilobytes: Int) async throws -> Bool {
+        let path = directory.path
+        return try await onOwnThread { Self.run("/bin/mount", ["-o", "remount,size=\(kilobytes)k", path]) }
     }
 
     deinit {
@@ -44,7 +53,7 @@ struct DiskFullTests {
         "A full disk fails with an error that says so; the token covers only bytes really written; resuming after space is freed completes the file"
     )
     func diskFull() async throws {
-        guard let disk = try SmallFileSystem(kilobytes: 256) else {
+        guard let disk = try await SmallFileSystem.mount(kilobytes: 256) else {
             // Mounting needs root (CI runs as root). Without it, the CLI's RLIMIT_FSIZE test still covers the
             // same path (EFBIG instead of ENOSPC), so say so loudly instead of failing.
             print(
@@ -70,7 +79,7 @@ struct DiskFullTests {
         #expect(onDisk.count >= Int(token.offset))
         #expect(Array(onDisk.prefix(Int(token.offset))) == Array(content[0..<Int(token.offset)]))
 
-        #expect(disk.grow(toKilobytes: 4096))
+        #expect(try await disk.grow(toKilobytes: 4096))
         let resumed = try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration())
         let result = try await resumed.value
         #expect(try Data(contentsOf: result.fileURL) == Data(content))

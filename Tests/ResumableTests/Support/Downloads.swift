@@ -26,7 +26,8 @@ struct DownloadFixture {
         self.transport = transport
     }
 
-    /// A configuration with quick retries, so failure paths stay fast.
+    /// A configuration with quick retries, so failure paths stay fast, and a long idle timeout, so that a download
+    /// a test holds at a ``BodyGate`` never times out while a busy machine keeps the test waiting.
     static func configuration(
         retries: Int = 3,
         headers: [String: String] = [:],
@@ -37,7 +38,7 @@ struct DownloadFixture {
             headers: headers,
             existingFile: existingFile,
             retry: .init(maximumRetries: retries, initialDelay: .milliseconds(10), maximumDelay: .milliseconds(50)),
-            idleTimeout: .seconds(10),
+            idleTimeout: .seconds(600),
             transport: transport
         )
     }

@@ -10,7 +10,9 @@ struct TransportSessionTests {
     static func request(_ url: URL, range: String? = nil) -> TransportRequest {
         var headers = [HTTPHeader(name: "Accept-Encoding", value: "identity")]
         if let range { headers.append(HTTPHeader(name: "Range", value: range)) }
-        return TransportRequest(url: url, headers: headers, idleTimeout: .seconds(10))
+        // A long idle timeout: a request held at a gate must never time out while the busy pool keeps the test
+        // from opening the gate.
+        return TransportRequest(url: url, headers: headers, idleTimeout: .seconds(600))
     }
 
     /// A server that keeps connections open, serving `content` at `/file.bin`.
