@@ -14,7 +14,7 @@ let package = Package(
         .target(name: "LoopbackServer"),
         .executableTarget(
             name: "ResumableCLI",
-            dependencies: ["Resumable", "LoopbackServer"]
+            dependencies: ["Resumable", "CResumable", "LoopbackServer"]
         ),
         .testTarget(name: "ResumableTests", dependencies: ["Resumable", "LoopbackServer"]),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),

@@ -26,4 +26,11 @@ int cresumable_start_writeback(int descriptor, int64_t offset, int64_t count);
 /// an errno value: `EEXIST` when `to` exists; `EINVAL`/`ENOSYS` where the file system or kernel cannot.
 int cresumable_rename_noreplace(const char *from, const char *to);
 
+/// Catches the `count` signals in `numbers` with a handler that writes each signal's number, as one byte, to a
+/// pipe (and unblocks them on the calling thread). Returns 0 or an errno value.
+int cresumable_signals_install(const int *numbers, int count);
+
+/// Waits for the next caught signal and returns its number; -1 when the pipe is unusable.
+int cresumable_signals_next(void);
+
 #endif
