@@ -50,8 +50,10 @@ public struct Resource: Sendable {
         behavior: Behavior = .normal
     ) {
         self.body = body
-        self.etag = etag == Resource.automatic ? body.defaultETag : etag
-        self.lastModified = lastModified == Resource.automatic ? body.defaultLastModified : lastModified
+        // The derived ETag hashes the content (for bytes): compute it at most once.
+        let derived = etag == Resource.automatic || lastModified == Resource.automatic ? body.defaultETag : nil
+        self.etag = etag == Resource.automatic ? derived : etag
+        self.lastModified = lastModified == Resource.automatic ? body.defaultLastModified(etag: derived) : lastModified
         self.date = date
         self.contentType = contentType
         self.contentDisposition = contentDisposition

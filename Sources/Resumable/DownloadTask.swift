@@ -4,7 +4,7 @@ import Foundation
 ///
 /// Modeled on `URLSessionDownloadTask`, with resume data that works on Linux: the body streams into a
 /// temporary file next to the destination; ``cancelProducingResumeData()`` stops the transfer and returns
-/// a `Codable` token that this or another process passes to ``resume(from:replacingURL:configuration:)``,
+/// a `Codable` token that this or another process passes to ``resume(from:destination:replacingURL:configuration:)``,
 /// which continues with a validated range request. When the file is complete it is moved to its
 /// destination under its suggested name.
 ///

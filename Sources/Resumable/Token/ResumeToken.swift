@@ -5,7 +5,7 @@ import Foundation
 /// A token is what ``DownloadTask/cancelProducingResumeData()`` returns and what a transient
 /// ``ResumableError`` carries. It is `Codable`: its JSON form is a stable, versioned contract documented
 /// in `docs/resume-token.md`, so it can be written to disk and handed to another process, which passes
-/// it to ``DownloadTask/resume(from:replacingURL:configuration:)``.
+/// it to ``DownloadTask/resume(from:destination:replacingURL:configuration:)``.
 ///
 /// A token is data from outside: decoding validates every field and rejects anything this library
 /// would not have written, with a ``ResumableError`` of code ``ResumableError/Code/invalidToken`` that
