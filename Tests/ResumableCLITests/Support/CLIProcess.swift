@@ -68,7 +68,22 @@ final class CLIProcess: Sendable {
     static func run(
         _ arguments: [String], in directory: URL, timeout: Duration = CLIProcess.deadline
     ) async throws -> CLIResult {
-        try await CLIProcess(arguments, in: directory).finish(timeout: timeout)
+        try await start(arguments, in: directory).finish(timeout: timeout)
+    }
+
+    /// Starts `resumable` as ``init(_:in:fileSizeLimit:)`` does, but spawns it from a thread of its own: spawning
+    /// lists and closes every open descriptor for the child, which takes a while in a test process with hundreds
+    /// of sockets open, and no thread of the cooperative pool should wait for it.
+    static func start(_ arguments: [String], in directory: URL, fileSizeLimit blocks: Int? = nil) async throws
+        -> CLIProcess
+    {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(with: Result { try CLIProcess(arguments, in: directory, fileSizeLimit: blocks) })
+            }
+            thread.name = "CLIProcess.start"
+            thread.start()
+        }
     }
 
     /// Sends `signal` to the process.
