@@ -29,6 +29,9 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
             case destinationExists
             case cancelled
             case checksumMismatch
+            case tls
+            case proxy
+            case paused
         }
 
         private let base: Base
@@ -69,6 +72,14 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
         public static let cancelled = Code(.cancelled)
         /// The finished file's checksum differs from the expected one.
         public static let checksumMismatch = Code(.checksumMismatch)
+        /// A TLS handshake failed: the server's certificate is untrusted, expired or for another host, a pinned key
+        /// did not match, or the server required a client certificate. Permanent: never retried.
+        public static let tls = Code(.tls)
+        /// The proxy could not be reached, refused the request, or failed to open a tunnel.
+        public static let proxy = Code(.proxy)
+        /// The download was paused (``DownloadTask/cancelProducingResumeData()``, or the task awaiting it was
+        /// cancelled); the error carries the ``ResumableError/resumeToken`` when anything was on disk.
+        public static let paused = Code(.paused)
 
         public var description: String { base.rawValue }
     }

@@ -147,7 +147,8 @@ final class DownloadEngine: Sendable {
             var transportError: ResumableError?
             do {
                 let request = TransportRequest(
-                    url: plan.request.url, headers: plan.request.headers, idleTimeout: configuration.idleTimeout)
+                    url: plan.request.url, headers: plan.request.headers, idleTimeout: configuration.idleTimeout,
+                    connectTimeout: configuration.connectTimeout, tls: configuration.tls, proxy: configuration.proxy)
                 try await session.execute(request, consumer: Consumer(engine: self))
             } catch {
                 transportError = error

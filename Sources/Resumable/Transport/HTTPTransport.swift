@@ -12,6 +12,12 @@ struct TransportRequest: Hashable, Sendable {
     var headers: [HTTPHeader]
     /// How long the transfer may stall (no bytes in either direction) before it fails with a timeout.
     var idleTimeout: Duration
+    /// How long establishing a connection may take.
+    var connectTimeout: Duration = .seconds(30)
+    /// How TLS connections are verified and authenticated.
+    var tls: DownloadTask.TLS = .default
+    /// Which proxy the request goes through.
+    var proxy: DownloadTask.Proxy = .environment
 }
 
 /// The status line and headers of one response, as a transport received them.

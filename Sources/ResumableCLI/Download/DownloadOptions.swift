@@ -4,38 +4,47 @@ import Resumable
 /// The options `get` and `resume` share, and how they become a library configuration.
 struct DownloadOptions: Sendable {
     /// The shared arguments, in help order.
-    static let arguments: [ArgumentSpec] = [
-        .repeatable(
-            "header", short: "H", value: "name: value",
-            help: "An extra request header, e.g. 'Accept: */*'. Credential headers (Authorization, Cookie, and any "
-                + "name containing auth, cookie, credential, csrf, jwt, key, passphrase, passwd, password, secret, "
-                + "session, signature, token or xsrf, e.g. X-Api-Key) are sent to the original host only and never "
-                + "written into a token."),
-        .repeatable(
-            "sensitive-header", value: "name",
-            help: "Treat this header name as a credential too (case-insensitive): never written into a token, "
-                + "never sent to another host after a redirect."),
-        .option(
-            "retries", value: "n",
-            help: "How many transient failures in a row (network errors, timeouts, 5xx, 408, 429) are retried, "
-                + "with backoff from 0.25 s doubling up to 5 s. Default: 5."),
-        .option(
-            "timeout", value: "seconds",
-            help: "A stall without data longer than this is a transient failure (and retried). Default: 60."),
-        .option(
-            "sha256", value: "hex",
-            help: "The SHA-256 the finished file must have. On a mismatch the file is deleted, no token is kept, "
-                + "and the exit status is 1."),
-        .option(
-            "transport", value: "name",
-            help: "How bytes are moved: 'auto' (the default: libcurl when it loads, else URLSession), 'libcurl' "
-                + "or 'urlsession'."),
-        .flag("overwrite", help: "Replace an existing file of the same name instead of choosing 'name (1).ext'."),
-        .flag("quiet", short: "q", help: "No progress output. Errors and resume hints are still printed."),
-        .flag(
-            "json",
-            help: "Events as JSON lines on standard error; the final result as one JSON object on standard output."),
-    ]
+    static let arguments: [ArgumentSpec] =
+        [
+            .repeatable(
+                "header", short: "H", value: "name: value",
+                help: "An extra request header, e.g. 'Accept: */*'. Credential headers (Authorization, Cookie, and any "
+                    + "name containing auth, cookie, credential, csrf, jwt, key, passphrase, passwd, password, secret, "
+                    + "session, signature, token or xsrf, e.g. X-Api-Key) are sent to the original host only and never "
+                    + "written into a token."),
+            .repeatable(
+                "sensitive-header", value: "name",
+                help: "Treat this header name as a credential too (case-insensitive): never written into a token, "
+                    + "never sent to another host after a redirect."),
+            .option(
+                "retries", value: "n",
+                help: "How many transient failures in a row (network errors, timeouts, 5xx, 408, 429) are retried, "
+                    + "with backoff from 0.25 s doubling up to 5 s. Default: 5."),
+            .option(
+                "timeout", value: "seconds",
+                help: "A stall without data longer than this is a transient failure (and retried). Default: 60."),
+            .option(
+                "connect-timeout", value: "seconds",
+                help: "How long connecting (TCP, TLS, a proxy tunnel) may take before the attempt fails. Default: 30."),
+            .option(
+                "max-time", value: "seconds",
+                help: "The longest the whole download may take, retries included. When it passes, the download stops "
+                    + "with a token to resume from (exit status 75). Default: no limit."),
+            .option(
+                "sha256", value: "hex",
+                help: "The SHA-256 the finished file must have. On a mismatch the file is deleted, no token is kept, "
+                    + "and the exit status is 1."),
+            .option(
+                "transport", value: "name",
+                help: "How bytes are moved: 'auto' (the default: libcurl when it loads, else URLSession), 'libcurl' "
+                    + "or 'urlsession'."),
+            .flag("overwrite", help: "Replace an existing file of the same name instead of choosing 'name (1).ext'."),
+        ] + TLSOptions.arguments + ProxyOptions.arguments + [
+            .flag("quiet", short: "q", help: "No progress output. Errors and resume hints are still printed."),
+            .flag(
+                "json",
+                help: "Events as JSON lines on standard error; the final result as one JSON object on standard output."),
+        ]
 
     /// Extra request headers.
     var headers: [String: String] = [:]
@@ -45,6 +54,14 @@ struct DownloadOptions: Sendable {
     var retries: Int?
     /// `--timeout`, when given.
     var idleTimeout: Duration?
+    /// `--connect-timeout`, when given.
+    var connectTimeout: Duration?
+    /// `--max-time`, when given.
+    var deadline: Duration?
+    /// `--cacert`, `--cert`, `--key`, `--pinnedpubkey`.
+    var tls: TLSOptions
+    /// `--proxy`, `--noproxy`.
+    var proxy: ProxyOptions
     /// `--sha256`, lowercased, when given.
     var sha256: String?
     /// `--overwrite`.
@@ -79,6 +96,10 @@ struct DownloadOptions: Sendable {
         }
         retries = try parsed.integer("retries", in: 0...1000)
         idleTimeout = try parsed.seconds("timeout")
+        connectTimeout = try parsed.seconds("connect-timeout")
+        deadline = try parsed.seconds("max-time")
+        tls = try TLSOptions(parsed)
+        proxy = try ProxyOptions(parsed)
         if let hex = parsed.value("sha256") {
             guard hex.count == 64, hex.allSatisfy(\.isHexDigit) else {
                 throw UsageError("option '--sha256' needs 64 hexadecimal digits, not '\(hex)'")
@@ -113,6 +134,12 @@ struct DownloadOptions: Sendable {
         if let idleTimeout {
             configuration.idleTimeout = idleTimeout
         }
+        if let connectTimeout {
+            configuration.connectTimeout = connectTimeout
+        }
+        configuration.deadline = deadline
+        tls.apply(to: &configuration)
+        proxy.apply(to: &configuration)
         return configuration
     }
 }

@@ -261,6 +261,17 @@ extension DownloadTask {
         public var retry: RetryPolicy
         /// How long a transfer may stall before it fails with ``ResumableError/Code/timedOut``.
         public var idleTimeout: Duration
+        /// How long establishing a connection (TCP and TLS handshakes, a proxy tunnel) may take before the attempt
+        /// fails with ``ResumableError/Code/timedOut``.
+        public var connectTimeout: Duration
+        /// The longest the whole task may run, retries and pauses between them included; `nil` for no limit. When it
+        /// passes, the task ends with ``ResumableError/Code/timedOut`` and a token to continue from, and is not
+        /// retried.
+        public var deadline: Duration?
+        /// How TLS connections are verified, and the client certificate to present.
+        public var tls: TLS
+        /// Which proxy requests go through.
+        public var proxy: Proxy
         /// How many redirects one request may follow.
         public var maximumRedirects: Int
         /// Periodic token checkpoints; `nil` for none.
@@ -295,6 +306,10 @@ extension DownloadTask {
             existingFile: ExistingFilePolicy = .chooseFreeName,
             retry: RetryPolicy = .default,
             idleTimeout: Duration = .seconds(60),
+            connectTimeout: Duration = .seconds(30),
+            deadline: Duration? = nil,
+            tls: TLS = .default,
+            proxy: Proxy = .environment,
             maximumRedirects: Int = 10,
             checkpointing: Checkpointing? = nil,
             progressInterval: Duration = .milliseconds(100),
@@ -310,6 +325,10 @@ extension DownloadTask {
             self.existingFile = existingFile
             self.retry = retry
             self.idleTimeout = idleTimeout
+            self.connectTimeout = connectTimeout
+            self.deadline = deadline
+            self.tls = tls
+            self.proxy = proxy
             self.maximumRedirects = maximumRedirects
             self.checkpointing = checkpointing
             self.progressInterval = progressInterval
