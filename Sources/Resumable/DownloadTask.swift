@@ -43,6 +43,8 @@ public final class DownloadTask: Sendable {
         }
         var configuration = configuration
         configuration.transport = try configuration.transport.resolved()
+        try configuration.tls.validate()
+        try configuration.proxy.validate()
         let headers = try Self.validatedHeaders(configuration.headers)
         let directory = configuration.temporaryDirectory?.standardizedFileURL.path ?? destination.directoryPath
         let file = try PartialFile.create(in: directory)
@@ -99,6 +101,8 @@ public final class DownloadTask: Sendable {
         }
         var configuration = configuration
         configuration.transport = try configuration.transport.resolved()
+        try configuration.tls.validate()
+        try configuration.proxy.validate()
         var merged = token.headers
         for (name, value) in configuration.headers { merged[name] = value }
         let headers = try validatedHeaders(merged)

@@ -16,5 +16,9 @@ extension DownloadTask {
         public static let environment = Proxy(kind: .environment)
         /// Every request goes directly to its server, whatever the environment says.
         public static let none = Proxy(kind: .none)
+
+        /// Checks this configuration when a task is created, so a bad one fails at once with a typed error instead
+        /// of after the first request. Skeleton: checks nothing yet.
+        func validate() throws(ResumableError) {}
     }
 }

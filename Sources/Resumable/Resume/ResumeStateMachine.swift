@@ -382,7 +382,10 @@ struct ResumeStateMachine: Sendable {
     /// Decides what follows a response whose body was accepted, given how the transfer ended.
     mutating func responseEnded(error: ResumableError?) -> Outcome {
         guard let current = exchange, current.bodyAccepted else {
-            return .retry(error ?? ResumableError(.network, "the connection closed before a response arrived"))
+            // Before a response: retried only when the cause is transient (a refused or reset connection, a
+            // timeout), never a refused TLS handshake, a proxy's refusal or a URL the transport cannot request.
+            let error = error ?? ResumableError(.network, "the connection closed before a response arrived")
+            return error.isTransient ? .retry(error) : .fail(error)
         }
         exchange = nil
         if let error {

@@ -61,7 +61,7 @@ protocol HTTPTransport: Sendable {
 
 /// The failure of a request whose connection ended cleanly without a final response: nothing, or only interim
 /// (1xx) ones.
-let noFinalResponse = ResumableError(.protocolViolation, "the server sent no final response")
+let noFinalResponse = ResumableError(.network, "the connection ended without a final response")
 
 /// An ``HTTPTransport`` for the requests of one download task, made once per task by
 /// ``DownloadTask/Transport/makeSession()``.
