@@ -8,6 +8,9 @@ public struct Behavior: Sendable, Hashable {
     public var ignoreRange: Bool
     /// Honour `Range` even when `If-Range` does not match.
     public var ignoreIfRange: Bool
+    /// A CDN quirk: answer 200 with the whole body to any `If-Range` holding an entity tag, even a matching one,
+    /// while date `If-Range`s and bare `Range`s are honoured.
+    public var ifRangeHonorsDatesOnly: Bool
     /// Close the connection after this many body bytes (the full `Content-Length` is still announced).
     ///
     /// For chunked responses the count is of payload bytes, and the last chunk is never sent.
@@ -57,6 +60,7 @@ public struct Behavior: Sendable, Hashable {
     /// - Parameters:
     ///   - ignoreRange: Always answer 200 with the whole body.
     ///   - ignoreIfRange: Honour `Range` even when `If-Range` does not match.
+    ///   - ifRangeHonorsDatesOnly: Answer 200 to every entity-tag `If-Range`.
     ///   - dropAfterBytes: Close the connection after this many body bytes.
     ///   - resetOnDrop: Reset instead of a clean close when dropping.
     ///   - rangeStartShift: Shift the first byte of a 206.
@@ -76,6 +80,7 @@ public struct Behavior: Sendable, Hashable {
     public init(
         ignoreRange: Bool = false,
         ignoreIfRange: Bool = false,
+        ifRangeHonorsDatesOnly: Bool = false,
         dropAfterBytes: Int64? = nil,
         resetOnDrop: Bool = false,
         rangeStartShift: Int64 = 0,
@@ -95,6 +100,7 @@ public struct Behavior: Sendable, Hashable {
     ) {
         self.ignoreRange = ignoreRange
         self.ignoreIfRange = ignoreIfRange
+        self.ifRangeHonorsDatesOnly = ifRangeHonorsDatesOnly
         self.dropAfterBytes = dropAfterBytes
         self.resetOnDrop = resetOnDrop
         self.rangeStartShift = rangeStartShift

@@ -66,10 +66,13 @@ struct ResponseBuilder {
         guard !behavior.ignoreRange, let rangeValue = head.header("Range"),
             let specs = ByteRangeSpec.parse(rangeValue)
         else { return whole }
-        if let ifRange = head.header("If-Range"), !behavior.ignoreIfRange,
-            !Validators.ifRangeMatches(ifRange, etag: resource.etag, lastModified: resource.lastModified)
-        {
-            return whole
+        if let ifRange = head.header("If-Range"), !behavior.ignoreIfRange {
+            let isEntityTag = ifRange.hasPrefix("\"") || ifRange.hasPrefix("W/")
+            if (behavior.ifRangeHonorsDatesOnly && isEntityTag)
+                || !Validators.ifRangeMatches(ifRange, etag: resource.etag, lastModified: resource.lastModified)
+            {
+                return whole
+            }
         }
         let satisfiable = specs.compactMap { $0.resolve(length: length) }
         guard !satisfiable.isEmpty else {

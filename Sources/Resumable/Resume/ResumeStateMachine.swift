@@ -70,6 +70,9 @@ struct ResumeStateMachine: Sendable {
     private struct Exchange: Sendable {
         var sentRange: Bool
         var sentIfRange: Bool
+        /// The strong entity tag a 206 must carry to be joined, when the server is known to ignore entity-tag
+        /// `If-Range`s (``ignoresEntityTagIfRange``).
+        var requiredETag: String?
         var isPartial = false
         /// The offset one past the last body byte the answer announced; `nil` when unknown.
         var bodyEnd: Int64?
@@ -79,7 +82,9 @@ struct ResumeStateMachine: Sendable {
     /// The resume state; changed only here.
     private(set) var state: ResumeState
     /// The status of the last response whose body was accepted (or the 416 that proved the file complete).
-    private(set) var lastStatus: Int?
+    var lastStatus: Int? { finalHead?.status }
+    /// The head of the last response whose body was accepted (or of the 416 that proved the file complete).
+    private(set) var finalHead: ResponseHead?
     /// Restarts from byte 0 in this run; bounded so a server that changes on every request cannot loop.
     private(set) var restarts = 0
     static let maximumRestarts = 10
@@ -91,6 +96,9 @@ struct ResumeStateMachine: Sendable {
     private var triedOriginalURL = false
     /// Bytes on disk were dropped: the next request starts in a new temporary file.
     private var droppedBytes: RestartReason?
+    /// The server answered an entity-tag `If-Range` with a 200 carrying that same strong entity tag: it honors
+    /// only dates there (some CDNs do). Remembered for the rest of this task; see ``receive(_:)``.
+    private(set) var ignoresEntityTagIfRange = false
 
     init(state: ResumeState, maximumRedirects: Int) {
         self.state = state
@@ -101,7 +109,12 @@ struct ResumeStateMachine: Sendable {
 
     /// The request to send next. Drops the bytes on disk first when nothing could prove a join safe.
     mutating func nextRequest() -> RequestPlan {
-        if state.offset > 0 && state.validators.ifRange == nil {
+        // On a server that ignores entity-tag If-Ranges, the strong ETag is checked on the 206 itself instead; the
+        // If-Range is a strong date when there is one, else left out (RFC 9110 §15.3.7.3 allows the client to
+        // combine two responses that carry the same strong validator).
+        let ifRange = ignoresEntityTagIfRange ? state.validators.strongLastModified : state.validators.ifRange
+        let requiredETag = ignoresEntityTagIfRange ? state.validators.strongETag : nil
+        if state.offset > 0 && ifRange == nil && requiredETag == nil {
             // Pieces may only be joined under a strong validator the server checks (RFC 9110 §13.1.5,
             // §15.3.7.3). A weak ETag, or a Last-Modified too close to its Date, cannot prove the bytes on
             // disk are the server's: start again rather than risk a splice.
@@ -122,10 +135,11 @@ struct ResumeStateMachine: Sendable {
         if state.offset > 0 {
             fields.append(HTTPHeader(name: "Range", value: "bytes=\(state.offset)-"))
             current.sentRange = true
-            if let ifRange = state.validators.ifRange {
+            if let ifRange {
                 fields.append(HTTPHeader(name: "If-Range", value: ifRange))
                 current.sentIfRange = true
             }
+            current.requiredETag = requiredETag
         }
         exchange = current
         return RequestPlan(request: Request(url: state.url, headers: fields, offset: state.offset), newFile: newFile)
@@ -217,17 +231,22 @@ struct ResumeStateMachine: Sendable {
                 return restartOrFail(.unjoinablePartial("Content-Length \(declared) disagrees with \(header)"), current)
             }
         }
-        if requestedFrom > 0 && !(current.sentIfRange && state.validators.agree(with: head)) {
-            // Joined only when the server checked a strong validator (`If-Range`) and whatever validators the
-            // 206 carries are the stored ones (RFC 9110 §15.3.7.3).
-            return restartOrFail(.representationChanged, current)
+        if requestedFrom > 0 {
+            // Joined only when the server checked a strong validator (`If-Range`), or the 206 carries the stored
+            // strong entity tag where the server is known to ignore entity-tag If-Ranges, and whatever validators
+            // the 206 carries are the stored ones (RFC 9110 §15.3.7.3).
+            let checked = current.sentIfRange || current.requiredETag != nil
+            let carriesRequiredTag = current.requiredETag.map { head.value("ETag") == $0 } ?? true
+            guard checked, carriesRequiredTag, state.validators.agree(with: head) else {
+                return restartOrFail(.representationChanged, current)
+            }
         }
         if requestedFrom == 0 {
             adoptValidators(head)
         }
         state.expectedLength = complete ?? state.expectedLength
         state.acceptRanges = head.value("Accept-Ranges") ?? state.acceptRanges
-        lastStatus = 206
+        finalHead = head
         exchange = Exchange(
             sentRange: current.sentRange, sentIfRange: current.sentIfRange, isPartial: true, bodyEnd: last + 1,
             bodyAccepted: true)
@@ -258,6 +277,16 @@ struct ResumeStateMachine: Sendable {
             }
             length = parsed
         }
+        if state.offset > 0, current.sentIfRange, current.requiredETag == nil, !ignoresEntityTagIfRange,
+            let tag = state.validators.strongETag, head.value("ETag") == tag, state.validators.agree(with: head)
+        {
+            // A 200 to `If-Range: <tag>` that carries that same strong tag: the representation did not change, the
+            // server just ignores entity-tag If-Ranges (some CDNs honor only dates). Drop this answer unread and
+            // ask again in a way such a server honors, instead of downloading the whole file again.
+            ignoresEntityTagIfRange = true
+            exchange = nil
+            return .skipBody(.requestAgain)
+        }
         var newFile: RestartReason?
         if state.offset > 0 {
             let previous = state.validators
@@ -277,7 +306,7 @@ struct ResumeStateMachine: Sendable {
         state.expectedLength = length
         state.acceptRanges = head.value("Accept-Ranges")
         state.offset = 0
-        lastStatus = head.status
+        finalHead = head
         exchange = Exchange(
             sentRange: current.sentRange, sentIfRange: current.sentIfRange, isPartial: false, bodyEnd: length,
             bodyAccepted: true)
@@ -302,7 +331,7 @@ struct ResumeStateMachine: Sendable {
                 .unsatisfiableRange("the file on the server has \(completeLength) bytes, not \(state.offset)"))
         }
         state.expectedLength = completeLength
-        lastStatus = 416
+        finalHead = head
         exchange = nil
         return .finished
     }

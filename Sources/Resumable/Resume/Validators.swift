@@ -9,10 +9,19 @@ struct Validators: Hashable, Sendable {
     /// The value for `If-Range`: a strong entity tag, or else a strong Last-Modified date (RFC 9110
     /// §13.1.5, §8.8.2.2); `nil` when neither is usable.
     var ifRange: String? {
-        if let etag {
-            guard let tag = EntityTag(etag), !tag.isWeak else { return nil }
-            return etag
-        }
+        if etag != nil { return strongETag }
+        return strongLastModified
+    }
+
+    /// The entity tag, when it is strong.
+    var strongETag: String? {
+        guard let etag, let tag = EntityTag(etag), !tag.isWeak else { return nil }
+        return etag
+    }
+
+    /// The Last-Modified date, when it is strong: at least a second before the `Date` of the response that carried
+    /// it (RFC 9110 §8.8.2.2).
+    var strongLastModified: String? {
         guard let lastModified, let modified = HTTPDate.parse(lastModified),
             let dateHeader = responseDate, let date = HTTPDate.parse(dateHeader),
             date.timeIntervalSince(modified) >= 1

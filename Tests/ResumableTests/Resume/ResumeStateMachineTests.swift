@@ -293,15 +293,93 @@ struct ResumeStateMachineTests {
         #expect(machine.validators.etag == "\"v2\"")
     }
 
-    @Test("A 200 with the same validators is reported as an ignored range")
-    func ignoredRange() {
+    @Test("A 200 carrying the same strong ETag as the If-Range is dropped unread, then a bare Range is sent")
+    func entityTagIfRangeIgnored() throws {
         var machine = Self.interrupted()
+        #expect(Self.header(machine.nextRequest(), "If-Range") == Self.strongETag)
+        // The quirk: the representation is unchanged (same strong tag), yet the server answered 200.
+        let quirk = machine.receive(Self.head(200, ["Content-Length": "100", "ETag": Self.strongETag]))
+        guard case .skipBody(.requestAgain) = quirk else {
+            Issue.record("expected the 200 to be dropped unread, got \(quirk)")
+            return
+        }
+        #expect(machine.offset == 40)
+        #expect(machine.ignoresEntityTagIfRange)
+        // No strong date to send instead: a bare Range, and the 206 must carry the same strong tag.
+        let retry = machine.nextRequest()
+        #expect(retry.newFile == nil)
+        #expect(Self.header(retry, "Range") == "bytes=40-")
+        #expect(Self.header(retry, "If-Range") == nil)
+        let joined = machine.receive(
+            Self.head(206, ["Content-Range": "bytes 40-99/100", "Content-Length": "60", "ETag": Self.strongETag]))
+        #expect(joined.written?.offset == 40)
+        #expect(joined.written?.newFile == nil)
+    }
+
+    @Test("Where entity-tag If-Ranges are ignored, a strong Last-Modified is sent instead")
+    func entityTagIfRangeIgnoredUsesDate() {
+        var machine = Self.interrupted(
+            validators: ["ETag": Self.strongETag, "Last-Modified": Self.lastModified, "Date": Self.laterDate])
+        _ = machine.nextRequest()
+        _ = machine.receive(
+            Self.head(
+                200,
+                [
+                    "Content-Length": "100", "ETag": Self.strongETag, "Last-Modified": Self.lastModified,
+                    "Date": Self.laterDate,
+                ]))
+        let retry = machine.nextRequest()
+        #expect(Self.header(retry, "If-Range") == Self.lastModified)
+        #expect(Self.header(retry, "Range") == "bytes=40-")
+    }
+
+    @Test(
+        "Where entity-tag If-Ranges are ignored, a 206 without the same strong ETag is never joined",
+        arguments: [[:], ["ETag": "\"v2\""], ["ETag": "W/\"v1\""]]
+    )
+    func entityTagIfRangeIgnoredNeedsTag(_ validators: [String: String]) {
+        var machine = Self.interrupted()
+        _ = machine.nextRequest()
+        _ = machine.receive(Self.head(200, ["Content-Length": "100", "ETag": Self.strongETag]))
+        _ = machine.nextRequest()
+        var headers = validators
+        headers["Content-Range"] = "bytes 40-99/100"
+        let decision = machine.receive(Self.head(206, headers))
+        guard case .skipBody(.requestAgain) = decision else {
+            Issue.record("expected a restart, got \(decision)")
+            return
+        }
+        let restart = machine.nextRequest()
+        #expect(restart.newFile == .representationChanged)
+        #expect(Self.header(restart, "Range") == nil)
+    }
+
+    @Test("A server that ignores the range as well gets the whole file once, not a loop")
+    func ignoredRangeAfterQuirk() {
+        var machine = Self.interrupted()
+        _ = machine.nextRequest()
+        _ = machine.receive(Self.head(200, ["Content-Length": "100", "ETag": Self.strongETag]))
         _ = machine.nextRequest()
         let decision = machine.receive(Self.head(200, ["Content-Length": "100", "ETag": Self.strongETag]))
         guard let written = decision.written, written.offset == 0, written.newFile == .wholeRepresentation else {
             Issue.record("expected a restart, got \(decision)")
             return
         }
+    }
+
+    @Test("A 200 with the same weak ETag or no ETag restarts at once")
+    func ignoredRangeWithoutStrongTag() {
+        var machine = Self.interrupted(
+            validators: ["Last-Modified": Self.lastModified, "Date": Self.laterDate])
+        _ = machine.nextRequest()
+        let decision = machine.receive(
+            Self.head(
+                200, ["Content-Length": "100", "Last-Modified": Self.lastModified, "Date": Self.laterDate]))
+        guard let written = decision.written, written.offset == 0, written.newFile == .wholeRepresentation else {
+            Issue.record("expected a restart, got \(decision)")
+            return
+        }
+        #expect(!machine.ignoresEntityTagIfRange)
     }
 
     @Test("A body shorter than its Content-Length is retried, never complete")
