@@ -52,8 +52,12 @@ public struct DownloadResult: Hashable, Sendable {
     public var fileURL: URL
     /// The size of the finished file.
     public var bytesOnDisk: Int64
-    /// The offset this task started at: 0 for a new download, the token's offset for a resume.
+    /// The offset the finished file was continued from: the token's offset for a resume that joined the bytes on
+    /// disk, 0 for a new download and for one that ``restarted``.
     public var resumedAtOffset: Int64
+    /// Whether bytes on disk were dropped and the file downloaded again from byte 0: the representation changed, the
+    /// server ignored the range, or nothing proved a join safe.
+    public var restarted: Bool
     /// The bytes this task received over the network.
     public var bytesTransferred: Int64
     /// The status of the last response that carried data (200 or 206), or 416 when the file was already
@@ -65,9 +69,40 @@ public struct DownloadResult: Hashable, Sendable {
     public var etag: String?
     /// The `Last-Modified` the file was received under, exactly as sent.
     public var lastModified: String?
-    /// The finished file's SHA-256 in lowercase hex, when the configuration asked for it.
+    /// The finished file's SHA-256 in lowercase hex, when the configuration (or the token) asked for it.
     public var sha256: String?
     /// The transport that moved the bytes: ``DownloadTask/Transport/libcurl`` or
     /// ``DownloadTask/Transport/urlSession``, never ``DownloadTask/Transport/automatic``.
     public var transport: DownloadTask.Transport
+    /// The header fields of the final response (the one whose status is ``status``), keyed by lowercased name; a
+    /// field sent more than once has its values joined with `", "` (RFC 9110 §5.3).
+    public var responseHeaders: [String: String]
+    /// The final response's media type, lowercased and without parameters (`application/zip` for
+    /// `Application/Zip; charset=binary`), when it sent a `Content-Type`.
+    public var mimeType: String?
+
+    /// The value of the final response's header `name`, compared case-insensitively.
+    public func responseHeader(_ name: String) -> String? {
+        responseHeaders[name.lowercased()]
+    }
+
+    static func headerDictionary(_ headers: [HTTPHeader]) -> [String: String] {
+        var fields: [String: String] = [:]
+        for header in headers {
+            let name = header.name.lowercased()
+            fields[name] = fields[name].map { "\($0), \(header.value)" } ?? header.value
+        }
+        return fields
+    }
+
+    static func mimeType(_ contentType: String) -> String? {
+        let type =
+            contentType.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        let parts = type.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && HTTPFieldSyntax.isValidName(String($0)) }) else {
+            return nil
+        }
+        return type
+    }
 }

@@ -15,6 +15,11 @@ import Foundation
 /// ```
 ///
 /// A task starts when it is created. It is `Sendable`: pause, cancel and await it from any task.
+///
+/// A task runs until it finishes, fails, is paused or cancelled, whether or not anyone keeps a reference to
+/// it or awaits it, like a `URLSessionTask` that was resumed: dropping the last reference neither stops nor
+/// pauses it (its checkpoints, if configured, keep being written). To stop a download, pause it with
+/// ``cancelProducingResumeData()``, cancel it with ``cancel()``, or cancel the task awaiting ``value``.
 public final class DownloadTask: Sendable {
     private let engine: DownloadEngine
     private let task: Task<Result<DownloadResult, ResumableError>, Never>
@@ -46,6 +51,7 @@ public final class DownloadTask: Sendable {
         try configuration.tls.validate()
         try configuration.proxy.validate()
         let headers = try Self.validatedHeaders(configuration.headers)
+        let expectedSHA256 = try configuration.expectedSHA256.map(Self.validatedDigest)
         let directory = configuration.temporaryDirectory?.standardizedFileURL.path ?? destination.directoryPath
         let file = try PartialFile.create(in: directory)
         let state = ResumeState(
@@ -54,7 +60,8 @@ public final class DownloadTask: Sendable {
             sensitiveHeaderNames: configuration.sensitiveHeaderNames,
             destination: destination,
             tempPath: file.path,
-            createdAt: Date()
+            createdAt: Date(),
+            expectedSHA256: expectedSHA256
         )
         self.init(
             engine: DownloadEngine(
@@ -106,6 +113,15 @@ public final class DownloadTask: Sendable {
         var merged = token.headers
         for (name, value) in configuration.headers { merged[name] = value }
         let headers = try validatedHeaders(merged)
+        var expectedSHA256 = token.expectedSHA256
+        if let asked = try configuration.expectedSHA256.map(validatedDigest) {
+            if let stored = expectedSHA256, stored != asked {
+                throw ResumableError(
+                    .invalidRequest,
+                    "the configuration expects SHA-256 \(asked), but the token's download expects \(stored)")
+            }
+            expectedSHA256 = asked
+        }
         let opened = try Reconciliation.open(
             token, destination: destination, temporaryDirectory: configuration.temporaryDirectory)
         let state = ResumeState(
@@ -115,7 +131,8 @@ public final class DownloadTask: Sendable {
             bytesOnDisk: opened.bytesOnDisk,
             replacingURL: replacingURL,
             headers: headers,
-            sensitiveHeaderNames: configuration.sensitiveHeaderNames
+            sensitiveHeaderNames: configuration.sensitiveHeaderNames,
+            expectedSHA256: expectedSHA256
         )
         var existingFile = configuration.existingFile
         if opened.destinationFromToken && existingFile == .overwrite { existingFile = .chooseFreeName }
@@ -131,6 +148,14 @@ public final class DownloadTask: Sendable {
         return DownloadTask(engine: engine)
     }
 
+    private static func validatedDigest(_ text: String) throws(ResumableError) -> String {
+        guard let digest = SHA256Digest.normalized(text) else {
+            throw ResumableError(
+                .invalidRequest, "expectedSHA256 must be 64 hexadecimal digits, not \(text.debugDescription)")
+        }
+        return digest
+    }
+
     private static func validatedHeaders(_ headers: [String: String]) throws(ResumableError) -> [HTTPHeader] {
         var fields: [HTTPHeader] = []
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
@@ -143,15 +168,30 @@ public final class DownloadTask: Sendable {
     }
 
     /// The finished download, or the error that ended it.
+    ///
+    /// Cancelling the task that awaits this pauses the download, as ``value`` describes.
     public var result: Result<DownloadResult, ResumableError> {
-        get async { await task.value }
+        get async {
+            await withTaskCancellationHandler {
+                await task.value
+            } onCancel: { [engine, task] in
+                engine.requestStop(.pause("the task awaiting the download was cancelled; the download paused"))
+                task.cancel()
+            }
+        }
     }
 
     /// The finished download.
     ///
-    /// - Throws: ``ResumableError``; a transient one carries a ``ResumableError/resumeToken``.
+    /// Cancelling the task that awaits this value pauses the download, so structured concurrency loses nothing:
+    /// the thrown error has code ``ResumableError/Code/paused`` and carries the ``ResumableError/resumeToken``
+    /// (when anything was on disk), exactly as after ``cancelProducingResumeData()``. Every other awaiter sees the
+    /// same error.
+    ///
+    /// - Throws: ``ResumableError``; one that leaves something to resume carries a ``ResumableError/resumeToken``:
+    ///   a transient failure, a pause, a passed ``Configuration/deadline``.
     public var value: DownloadResult {
-        get async throws(ResumableError) { try await task.value.get() }
+        get async throws(ResumableError) { try await result.get() }
     }
 
     /// The download's events: starts, resumes, restarts, progress, retries, the finish.
@@ -175,14 +215,16 @@ public final class DownloadTask: Sendable {
     /// Returns `nil` when resuming is impossible: nothing was written yet, or the bytes could not be flushed
     /// to disk.
     /// The temporary file is removed when nothing can be resumed. After the task finished, returns `nil` too.
+    /// ``value`` then throws ``ResumableError/Code/paused`` with the same token.
     public func cancelProducingResumeData() async -> ResumeToken? {
-        engine.requestStop(.pause)
+        engine.requestStop(.pause("the download was paused"))
         task.cancel()
         guard case .failure = await task.value else { return nil }
         return engine.makeToken()
     }
 
-    /// Stops the transfer and deletes the temporary file.
+    /// Stops the transfer and deletes the temporary file; ``value`` throws ``ResumableError/Code/cancelled`` with
+    /// no token, and a ``Configuration/checkpointing`` file is removed.
     public func cancel() {
         engine.requestStop(.discard)
         task.cancel()

@@ -142,6 +142,9 @@ extension DownloadTask {
         /// Called once when the download finished and its file is in place, with the temporary file's path
         /// the last token named.
         var finished: (@Sendable (String) -> Void)?
+        /// Called once when the task ended with nothing to resume (its temporary file was removed), with that
+        /// file's path.
+        var abandoned: (@Sendable (String) -> Void)?
 
         /// Calls `handler` with a fresh token as described on ``handler``.
         public init(interval: Duration = .seconds(1), handler: @escaping @Sendable (ResumeToken) throws -> Void) {
@@ -149,13 +152,16 @@ extension DownloadTask {
             self.handler = handler
         }
 
-        /// Writes each checkpoint atomically to `file` (sibling, fsync, rename, fsync the directory), and
-        /// removes `file` when the download finished, so no stale token outlives its download.
+        /// Writes each checkpoint atomically to `file` (sibling, fsync, rename, fsync the directory), and keeps it
+        /// true to the end: it holds the token the task paused or failed with, and it is removed when the download
+        /// finished or failed with nothing to resume (a checksum mismatch, ``DownloadTask/cancel()``), so no stale
+        /// token outlives its download. A file that names another download's temporary file is left alone.
         public static func file(_ file: URL, interval: Duration = .seconds(1)) -> Checkpointing {
             var checkpointing = Checkpointing(interval: interval) { token in
                 try token.write(to: file)
             }
             checkpointing.finished = { tempPath in ResumeToken.removeFile(at: file, ifItNames: tempPath) }
+            checkpointing.abandoned = checkpointing.finished
             return checkpointing
         }
     }
@@ -281,8 +287,12 @@ extension DownloadTask {
         public var eventHandler: (@Sendable (DownloadEvent) -> Void)?
         /// How often progress is reported at most.
         public var progressInterval: Duration
-        /// The SHA-256 the finished file must have (hex, either case). On a mismatch the temporary file is
+        /// The SHA-256 the finished file must have (64 hex digits, either case). On a mismatch the temporary file is
         /// deleted, nothing is moved into place, and the task fails with ``ResumableError/Code/checksumMismatch``.
+        ///
+        /// Checked when the task is created (anything but 64 hex digits fails at once with
+        /// ``ResumableError/Code/invalidRequest``) and kept in the token, so a resumed download verifies it too;
+        /// when resuming, `nil` means the token's, and a different digest than the token's is refused.
         public var expectedSHA256: String?
         /// Whether to compute the finished file's SHA-256 into ``DownloadResult/sha256`` (implied by
         /// ``expectedSHA256``). It reads the file once more before it is moved into place.

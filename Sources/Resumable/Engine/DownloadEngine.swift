@@ -10,10 +10,14 @@ import Synchronization
 /// over only after the bytes it covers were flushed; a failed token write stops the download.
 final class DownloadEngine: Sendable {
     /// Why the engine was asked to stop.
-    enum StopMode: Sendable {
-        /// Keep the temporary file: a token will be produced.
-        case pause
-        /// Delete the temporary file.
+    enum StopMode: Equatable, Sendable {
+        /// Keep the temporary file: a token will be produced; the task ends with ``ResumableError/Code/paused``
+        /// and this message.
+        case pause(String)
+        /// Keep the temporary file: ``DownloadTask/Configuration/deadline`` passed; the task ends with
+        /// ``ResumableError/Code/timedOut``.
+        case deadline(Duration)
+        /// Delete the temporary file; the task ends with ``ResumableError/Code/cancelled``.
         case discard
     }
 
@@ -30,6 +34,8 @@ final class DownloadEngine: Sendable {
         var ended = false
         /// The token the task ended with, once flushed.
         var finalToken: ResumeToken?
+        /// Whether bytes on disk were dropped and the download started again from byte 0.
+        var restarted = false
     }
 
     let configuration: DownloadTask.Configuration
@@ -79,7 +85,7 @@ final class DownloadEngine: Sendable {
     /// On failure the temporary file is flushed and kept, and the error carries a token, when there is
     /// something to resume; otherwise the temporary file is removed.
     func run() async -> Result<DownloadResult, ResumableError> {
-        var result = await loop()
+        var result = await loopUntilDeadline()
         let file = state.withLock { $0.file }
         switch result {
         case .success(let downloaded):
@@ -101,6 +107,8 @@ final class DownloadEngine: Sendable {
             }
             if token == nil && (discard || candidate == nil) {
                 file.remove()
+                // Nothing is left to resume: a token saved before must not outlive the file it names.
+                configuration.checkpointing?.abandoned?(file.path)
             }
             error.resumeToken = token
             state.withLock { $0.finalToken = token }
@@ -115,6 +123,29 @@ final class DownloadEngine: Sendable {
         file.release()
         events.finish()
         return result
+    }
+
+    /// Runs ``loop()``, stopping it when ``DownloadTask/Configuration/deadline`` passes: the transfer is cancelled
+    /// and the task ends with a token, as a pause does.
+    private func loopUntilDeadline() async -> Result<DownloadResult, ResumableError> {
+        guard let limit = configuration.deadline else { return await loop() }
+        let deadline = ContinuousClock.now.advanced(by: min(max(limit, .zero), .seconds(1_000_000_000)))
+        return await withTaskGroup(of: Result<DownloadResult, ResumableError>?.self) { group in
+            group.addTask { await self.loop() }
+            group.addTask {
+                try? await Task.sleep(until: deadline, clock: .continuous)
+                return nil
+            }
+            while let next = await group.next() {
+                if let result = next {
+                    group.cancelAll()
+                    return result
+                }
+                if !Task.isCancelled { requestStop(.deadline(limit)) }
+                group.cancelAll()
+            }
+            return .failure(ResumableError(.cancelled, "the download was cancelled"))
+        }
     }
 
     private func loop() async -> Result<DownloadResult, ResumableError> {
@@ -179,8 +210,16 @@ final class DownloadEngine: Sendable {
 
     private func stoppedError() -> ResumableError? {
         state.withLock { state in
-            guard state.stop != nil || Task.isCancelled else { return nil }
-            return ResumableError(.cancelled, "the download was cancelled")
+            switch state.stop {
+            case .pause(let message):
+                return ResumableError(.paused, message)
+            case .deadline(let limit):
+                return ResumableError(.timedOut, "the download's deadline of \(limit) passed; it stopped with a token")
+            case .discard:
+                return ResumableError(.cancelled, "the download was cancelled")
+            case nil:
+                return Task.isCancelled ? ResumableError(.cancelled, "the download was cancelled") : nil
+            }
         }
     }
 
@@ -214,6 +253,7 @@ final class DownloadEngine: Sendable {
             state.machine.switchedFile(to: new.path)
             state.file = new
             state.writebackStart = 0
+            state.restarted = true
         }
         writebackQueue.sync {}
         old.remove()
@@ -224,7 +264,9 @@ final class DownloadEngine: Sendable {
     // MARK: - Finishing
 
     private func finish() -> Result<DownloadResult, ResumableError> {
-        let (machine, file, transferred) = state.withLock { ($0.machine, $0.file, $0.progress.bytesTransferred) }
+        let (machine, file, transferred, restarted) = state.withLock {
+            ($0.machine, $0.file, $0.progress.bytesTransferred, $0.restarted)
+        }
         let resume = machine.state
         do throws(ResumableError) {
             let size = try file.size()
@@ -234,15 +276,15 @@ final class DownloadEngine: Sendable {
             }
             try file.synchronize()
             var digest: String?
-            if configuration.computesSHA256 || configuration.expectedSHA256 != nil {
+            if configuration.computesSHA256 || resume.expectedSHA256 != nil {
                 digest = try file.sha256()
             }
-            if let expected = configuration.expectedSHA256, expected.lowercased() != digest {
+            if let expected = resume.expectedSHA256, expected != digest {
                 state.withLock { $0.stop = .discard }
                 return .failure(
                     ResumableError(
                         .checksumMismatch,
-                        "the downloaded file's SHA-256 is \(digest ?? "?"), expected \(expected.lowercased()); "
+                        "the downloaded file's SHA-256 is \(digest ?? "?"), expected \(expected); "
                             + "it was deleted"
                     )
                 )
@@ -251,18 +293,22 @@ final class DownloadEngine: Sendable {
             // resume recognizes as finished, instead of downloading everything again.
             try checkpoints.record(resume.token())
             let finalPath = try finisher.moveIntoPlace(file, suggestedFilename: resume.suggestedFilename)
+            let head = machine.finalHead
             return .success(
                 DownloadResult(
                     fileURL: URL(fileURLWithPath: finalPath),
                     bytesOnDisk: size,
-                    resumedAtOffset: initialOffset,
+                    resumedAtOffset: restarted ? 0 : initialOffset,
+                    restarted: restarted,
                     bytesTransferred: transferred,
                     status: machine.lastStatus ?? 200,
                     url: resume.url,
                     etag: resume.validators.etag,
                     lastModified: resume.validators.lastModified,
                     sha256: digest,
-                    transport: configuration.transport
+                    transport: configuration.transport,
+                    responseHeaders: DownloadResult.headerDictionary(head?.headers ?? []),
+                    mimeType: head?.value("Content-Type").flatMap(DownloadResult.mimeType)
                 )
             )
         } catch {

@@ -33,6 +33,8 @@ struct ResumeState: Hashable, Sendable {
     var tempPath: String
     /// When the download started.
     var createdAt: Date
+    /// The SHA-256 the finished file must have, lowercase hex; kept in the token so a resume still verifies.
+    var expectedSHA256: String?
 
     /// The state of a new download.
     init(
@@ -41,7 +43,8 @@ struct ResumeState: Hashable, Sendable {
         sensitiveHeaderNames: Set<String>,
         destination: DownloadTask.Destination,
         tempPath: String,
-        createdAt: Date
+        createdAt: Date,
+        expectedSHA256: String? = nil
     ) {
         self.url = url
         self.originalURL = url
@@ -56,6 +59,7 @@ struct ResumeState: Hashable, Sendable {
         self.destination = destination
         self.tempPath = tempPath
         self.createdAt = createdAt
+        self.expectedSHA256 = expectedSHA256
     }
 
     /// The state a token describes, continued in `tempPath`, which holds `bytesOnDisk` bytes.
@@ -69,7 +73,8 @@ struct ResumeState: Hashable, Sendable {
         bytesOnDisk: Int64,
         replacingURL: URL?,
         headers: [HTTPHeader],
-        sensitiveHeaderNames: Set<String>
+        sensitiveHeaderNames: Set<String>,
+        expectedSHA256: String? = nil
     ) {
         self.url = replacingURL ?? token.url
         self.originalURL = replacingURL ?? token.originalURL
@@ -85,6 +90,7 @@ struct ResumeState: Hashable, Sendable {
         self.destination = destination
         self.tempPath = tempPath
         self.createdAt = token.createdAt
+        self.expectedSHA256 = expectedSHA256
     }
 
     /// Whether `name` carries credentials: never stored in a token, never sent to another origin.
@@ -111,6 +117,7 @@ struct ResumeState: Hashable, Sendable {
             suggestedFilename: suggestedFilename,
             destination: destination.tokenValue,
             headers: stored,
+            expectedSHA256: expectedSHA256,
             createdAt: createdAt,
             updatedAt: updatedAt
         )

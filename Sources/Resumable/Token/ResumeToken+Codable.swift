@@ -3,7 +3,7 @@ import Foundation
 extension ResumeToken: Codable {
     enum CodingKeys: String, CodingKey, CaseIterable {
         case version, url, originalURL, offset, expectedLength, etag, lastModified, responseDate, acceptRanges
-        case tempPath, suggestedFilename, destination, headers, createdAt, updatedAt
+        case tempPath, suggestedFilename, destination, headers, expectedSHA256, createdAt, updatedAt
         /// Reserved for a later version that describes several byte ranges in flight.
         case ranges
     }
@@ -114,6 +114,12 @@ extension ResumeToken: Codable {
             }
         }
         self.headers = headers
+        let expectedSHA256 = try container.decodeIfPresent(String.self, forKey: .expectedSHA256)
+        if let expectedSHA256, !SHA256Digest.isLowercaseHex(expectedSHA256) {
+            throw ResumableError.invalidToken(
+                field: "expectedSHA256", "is not 64 lowercase hexadecimal digits: \(expectedSHA256.debugDescription)")
+        }
+        self.expectedSHA256 = expectedSHA256
         self.createdAt = try Self.decodeDate(container, .createdAt)
         self.updatedAt = try Self.decodeDate(container, .updatedAt)
     }
@@ -133,6 +139,7 @@ extension ResumeToken: Codable {
         try container.encode(suggestedFilename, forKey: .suggestedFilename)
         try container.encode(destination, forKey: .destination)
         try container.encode(headers, forKey: .headers)
+        try container.encode(expectedSHA256, forKey: .expectedSHA256)
         try container.encode(ISO8601.format(createdAt), forKey: .createdAt)
         try container.encode(ISO8601.format(updatedAt), forKey: .updatedAt)
     }

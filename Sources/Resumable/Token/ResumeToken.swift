@@ -53,6 +53,9 @@ public struct ResumeToken: Sendable, Hashable {
     /// `session`, `signature`, `token` or `xsrf` (case-insensitive; `X-Api-Key`, `X-Amz-Security-Token`, …),
     /// `DPoP`, and the names in ``DownloadTask/Configuration/sensitiveHeaderNames``.
     public let headers: [String: String]
+    /// The SHA-256 the finished file must have (64 lowercase hex digits), when the download was started with one
+    /// (``DownloadTask/Configuration/expectedSHA256``): a resumed download still verifies it.
+    public let expectedSHA256: String?
     /// When the download started.
     public let createdAt: Date
     /// When this token was produced.
@@ -72,6 +75,7 @@ public struct ResumeToken: Sendable, Hashable {
         destination: String?,
         headers: [String: String],
         extraSensitive: Set<String> = [],
+        expectedSHA256: String? = nil,
         createdAt: Date,
         updatedAt: Date
     ) {
@@ -89,6 +93,7 @@ public struct ResumeToken: Sendable, Hashable {
         self.suggestedFilename = suggestedFilename
         self.destination = destination
         self.headers = headers.filter { !SensitiveHeaders.contains($0.key, extra: extraSensitive) }
+        self.expectedSHA256 = expectedSHA256
         self.createdAt = createdAt.truncatedToMilliseconds
         self.updatedAt = updatedAt.truncatedToMilliseconds
     }

@@ -177,7 +177,7 @@ struct SoakDownload {
             report.journal.append("paused too late: already finished")
             judge(finished)
             return nil
-        case .failure(let error) where error.code != .cancelled:
+        case .failure(let error) where error.code != .paused:
             report.journal.append("paused too late: already failed")
             return failed(error)
         case .failure:
