@@ -12,7 +12,9 @@ struct ResumeTokenTests {
         var testDescription: String { file }
     }
 
-    static let validFiles = ["minimal.json", "nulls-and-large-offset.json", "exact-file-destination.json"]
+    static let validFiles = [
+        "minimal.json", "nulls-and-large-offset.json", "exact-file-destination.json", "with-expected-sha256.json",
+    ]
     static let invalidCases: [InvalidCase] =
         (try? Fixtures.decode([InvalidCase].self, from: "tokens/invalid/cases.json")) ?? []
 
@@ -85,7 +87,7 @@ struct ResumeTokenTests {
         let object = try #require(JSONSerialization.jsonObject(with: token.jsonData()) as? [String: Any])
         let documented: Set = [
             "version", "url", "originalURL", "offset", "expectedLength", "etag", "lastModified", "tempPath",
-            "suggestedFilename", "destination", "createdAt", "updatedAt",
+            "suggestedFilename", "destination", "expectedSHA256", "createdAt", "updatedAt",
         ]
         #expect(documented.isSubset(of: Set(object.keys)))
         #expect(object["expectedLength"] is NSNull)
