@@ -110,6 +110,8 @@ struct GetTests {
         #expect(object["path"] as? String == scratch.file("file.bin").path)
         #expect((object["bytes"] as? NSNumber)?.int64Value == served.length)
         #expect((object["resumedFrom"] as? NSNumber)?.int64Value == 0)
+        #expect(object["restarted"] as? Bool == false)
+        #expect(object["mimeType"] as? String == "application/octet-stream")
         #expect((object["httpStatus"] as? NSNumber)?.intValue == 200)
         #expect((object["exitCode"] as? NSNumber)?.intValue == 0)
         let events = try result.stderrLines.map { try jsonObject($0)["event"] as? String }

@@ -78,11 +78,13 @@ enum EventJSON {
             ("bytes", .int(result.bytesOnDisk)),
             ("sha256", .string(result.sha256)),
             ("resumedFrom", .int(result.resumedAtOffset)),
+            ("restarted", .bool(result.restarted)),
             ("bytesTransferred", .int(result.bytesTransferred)),
             ("httpStatus", .int(Int64(result.status))),
             ("url", .string(result.url.absoluteString)),
             ("etag", .string(result.etag)),
             ("lastModified", .string(result.lastModified)),
+            ("mimeType", .string(result.mimeType)),
             ("transport", .string(result.transport.description)),
             ("exitCode", .int(0)),
         ])
