@@ -74,11 +74,12 @@ public struct DownloadResult: Hashable, Sendable {
     /// The transport that moved the bytes: ``DownloadTask/Transport/libcurl`` or
     /// ``DownloadTask/Transport/urlSession``, never ``DownloadTask/Transport/automatic``.
     public var transport: DownloadTask.Transport
-    /// The header fields of the final response (the one whose status is ``status``), keyed by lowercased name; a
-    /// field sent more than once has its values joined with `", "` (RFC 9110 §5.3).
+    /// The header fields of the last response that carried the file's bytes, keyed by lowercased name; a field sent
+    /// more than once has its values joined with `", "` (RFC 9110 §5.3). Empty when this task received no bytes
+    /// (its file was already complete: ``status`` 416, whose headers describe no file).
     public var responseHeaders: [String: String]
-    /// The final response's media type, lowercased and without parameters (`application/zip` for
-    /// `Application/Zip; charset=binary`), when it sent a `Content-Type`.
+    /// The media type of the last response that carried the file's bytes, lowercased and without parameters
+    /// (`application/zip` for `Application/Zip; charset=binary`), when it sent a `Content-Type`.
     public var mimeType: String?
 
     /// The value of the final response's header `name`, compared case-insensitively.

@@ -82,8 +82,9 @@ struct ResumeStateMachine: Sendable {
     /// The resume state; changed only here.
     private(set) var state: ResumeState
     /// The status of the last response whose body was accepted (or the 416 that proved the file complete).
-    var lastStatus: Int? { finalHead?.status }
-    /// The head of the last response whose body was accepted (or of the 416 that proved the file complete).
+    private(set) var lastStatus: Int?
+    /// The head of the last response whose body was accepted; a 416 that proved the file complete carries none of
+    /// the file's headers, so it does not replace it.
     private(set) var finalHead: ResponseHead?
     /// Restarts from byte 0 in this run; bounded so a server that changes on every request cannot loop.
     private(set) var restarts = 0
@@ -247,6 +248,7 @@ struct ResumeStateMachine: Sendable {
         state.expectedLength = complete ?? state.expectedLength
         state.acceptRanges = head.value("Accept-Ranges") ?? state.acceptRanges
         finalHead = head
+        lastStatus = 206
         exchange = Exchange(
             sentRange: current.sentRange, sentIfRange: current.sentIfRange, isPartial: true, bodyEnd: last + 1,
             bodyAccepted: true)
@@ -289,16 +291,18 @@ struct ResumeStateMachine: Sendable {
         }
         var newFile: RestartReason?
         if state.offset > 0 {
+            // The limit is checked before anything changes: a refused restart leaves the state describing the bytes
+            // on disk, so the token it ends with never pairs them with the new version's validators.
+            restarts += 1
+            guard restarts <= Self.maximumRestarts else {
+                return .skipBody(.fail(restartLimitError()))
+            }
             let previous = state.validators
             adoptValidators(head)
             if previous.etag != state.validators.etag || previous.lastModified != state.validators.lastModified {
                 newFile = .representationChanged
             } else {
                 newFile = .wholeRepresentation
-            }
-            restarts += 1
-            guard restarts <= Self.maximumRestarts else {
-                return .skipBody(.fail(restartLimitError()))
             }
         } else {
             adoptValidators(head)
@@ -307,6 +311,7 @@ struct ResumeStateMachine: Sendable {
         state.acceptRanges = head.value("Accept-Ranges")
         state.offset = 0
         finalHead = head
+        lastStatus = head.status
         exchange = Exchange(
             sentRange: current.sentRange, sentIfRange: current.sentIfRange, isPartial: false, bodyEnd: length,
             bodyAccepted: true)
@@ -330,8 +335,17 @@ struct ResumeStateMachine: Sendable {
             return restart(
                 .unsatisfiableRange("the file on the server has \(completeLength) bytes, not \(state.offset)"))
         }
+        // The server must have checked a validator: an `If-Range` it honored (§13.2.2: it is evaluated before the
+        // range), or, without one, the stored strong ETag on the 416 itself. Otherwise a 416 for a shorter new
+        // version would call the old prefix complete.
+        if let required = current.requiredETag, !current.sentIfRange, head.value("ETag") != required {
+            return restart(.unsatisfiableRange("a 416 to a range without If-Range that does not carry the ETag"))
+        }
+        guard current.sentIfRange || current.requiredETag != nil else {
+            return restart(.unsatisfiableRange("a 416 to a range whose validator nothing checked"))
+        }
         state.expectedLength = completeLength
-        finalHead = head
+        lastStatus = 416
         exchange = nil
         return .finished
     }
