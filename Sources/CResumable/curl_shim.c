@@ -39,6 +39,7 @@ struct cresumable_curl {
     int (*multi_cleanup)(void *multi);
     const char *(*multi_strerror)(int code);
     cresumable_curl_message *(*multi_info_read)(void *multi, int *queued);
+    int (*easy_getinfo)(void *easy, int info, ...);
 };
 
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -90,6 +91,7 @@ cresumable_curl *cresumable_curl_open(const char *name, char *error, size_t capa
     RESOLVE(multi_cleanup, "curl_multi_cleanup");
     RESOLVE(multi_strerror, "curl_multi_strerror");
     RESOLVE(multi_info_read, "curl_multi_info_read");
+    RESOLVE(easy_getinfo, "curl_easy_getinfo");
 #undef RESOLVE
     // Reference-counted by curl; never balanced by curl_global_cleanup, as the library is never unloaded.
     int initialized = curl->global_init(CRESUMABLE_CURL_GLOBAL_DEFAULT);
@@ -174,4 +176,15 @@ int cresumable_curl_multi_done(const cresumable_curl *curl, void *multi, void **
         }
     }
     return 0;
+}
+
+int cresumable_curl_easy_getinfo_long(const cresumable_curl *curl, void *easy, int info, long *value) {
+    *value = 0;
+    return curl->easy_getinfo(easy, info, value);
+}
+
+int cresumable_curl_easy_getinfo_off_t(const cresumable_curl *curl, void *easy, int info, long long *value) {
+    // curl_off_t is a 64-bit signed integer on every platform curl supports; long long is too.
+    *value = 0;
+    return curl->easy_getinfo(easy, info, value);
 }

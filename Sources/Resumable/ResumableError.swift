@@ -8,7 +8,7 @@ import Foundation
 ///
 /// A transient failure (a reset connection, a timeout, a body that ended early, a 5xx) carries the
 /// ``resumeToken`` to continue from, the way Apple puts resume data into an error's `userInfo`.
-public struct ResumableError: Error, Sendable, CustomStringConvertible {
+public struct ResumableError: Error, Sendable, CustomStringConvertible, LocalizedError {
     /// What went wrong, as a value that can be compared.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
@@ -52,9 +52,11 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
         public static let invalidRequest = Code(.invalidRequest)
         /// The server answered with an error status; see ``ResumableError/httpStatus``.
         public static let httpStatus = Code(.httpStatus)
-        /// The connection failed or was reset.
+        /// The connection could not be made (refused, the host name did not resolve) or was lost (reset, closed
+        /// without an answer, a send or receive error). Transient.
         public static let network = Code(.network)
-        /// The server stopped sending for longer than the configured timeout.
+        /// No connection within the connect timeout, or the server stopped sending for longer than the idle timeout.
+        /// Transient.
         public static let timedOut = Code(.timedOut)
         /// The body ended before the announced length.
         public static let incompleteBody = Code(.incompleteBody)
@@ -75,7 +77,10 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
         /// A TLS handshake failed: the server's certificate is untrusted, expired or for another host, a pinned key
         /// did not match, or the server required a client certificate. Permanent: never retried.
         public static let tls = Code(.tls)
-        /// The proxy could not be reached, refused the request, or failed to open a tunnel.
+        /// The proxy could not be reached, refused the request, or failed to open a tunnel. Transient (retried) when
+        /// the proxy could not be resolved or reached, or answered the tunnel's `CONNECT` with 408, 429 or a 5xx (then
+        /// ``ResumableError/httpStatus`` is that status); permanent when it refused: any other status (403, 407, …),
+        /// a refused SOCKS handshake, or a proxy URL that cannot be used.
         public static let proxy = Code(.proxy)
         /// The download was paused (``DownloadTask/cancelProducingResumeData()``, or the task awaiting it was
         /// cancelled); the error carries the ``ResumableError/resumeToken`` when anything was on disk.
@@ -90,12 +95,16 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
     public let message: String
     /// The lower-level error that caused this one, if any.
     public let underlying: (any Error & Sendable)?
-    /// The HTTP status that caused the error, for ``Code/httpStatus``.
+    /// The HTTP status that caused the error: the server's for ``Code/httpStatus``, the proxy's answer to `CONNECT`
+    /// for ``Code/proxy``.
     public let httpStatus: Int?
     /// How long the server asked to wait before retrying (`Retry-After`), if it said.
     public let retryAfter: Duration?
     /// The token to continue from, when the failure left something worth resuming.
     public internal(set) var resumeToken: ResumeToken?
+    /// For a ``Code/proxy`` error without a status: whether the proxy could not be reached (transient) rather than
+    /// refused (permanent).
+    let proxyUnreachable: Bool
 
     init(
         _ code: Code,
@@ -103,7 +112,8 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
         underlying: (any Error & Sendable)? = nil,
         httpStatus: Int? = nil,
         retryAfter: Duration? = nil,
-        resumeToken: ResumeToken? = nil
+        resumeToken: ResumeToken? = nil,
+        proxyTransient: Bool = false
     ) {
         self.code = code
         self.message = message
@@ -111,19 +121,36 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
         self.httpStatus = httpStatus
         self.retryAfter = retryAfter
         self.resumeToken = resumeToken
+        self.proxyUnreachable = proxyTransient
     }
 
-    /// Whether trying again later may succeed: network failures, timeouts, early ends, 5xx, 408 and 429.
+    /// Whether trying again later may succeed; the only rule the engine retries by, and what the CLI's exit status 75
+    /// follows.
+    ///
+    /// Transient: ``Code/network`` (refused, reset, name not found, an empty reply), ``Code/timedOut`` (connect
+    /// timeout, a stall), ``Code/incompleteBody``, ``Code/tokenInUse``, an ``Code/httpStatus`` of 408, 429 or 5xx,
+    /// and a ``Code/proxy`` failure where the proxy could not be reached or answered its `CONNECT` with 408, 429 or
+    /// 5xx. Everything else is permanent, in particular ``Code/tls`` (an untrusted or expired certificate, a wrong
+    /// host name, a refused client certificate), a proxy's refusal, ``Code/invalidRequest``,
+    /// ``Code/protocolViolation``, ``Code/redirect``, ``Code/cancelled`` and ``Code/paused``.
     public var isTransient: Bool {
         switch code {
         case .network, .timedOut, .incompleteBody, .tokenInUse:
             return true
         case .httpStatus:
             guard let status = httpStatus else { return false }
-            return status == 408 || status == 429 || (500...599).contains(status)
+            return Self.isTransientStatus(status)
+        case .proxy:
+            guard let status = httpStatus else { return proxyUnreachable }
+            return Self.isTransientStatus(status)
         default:
             return false
         }
+    }
+
+    /// 408 Request Timeout, 429 Too Many Requests and every 5xx.
+    static func isTransientStatus(_ status: Int) -> Bool {
+        status == 408 || status == 429 || (500...599).contains(status)
     }
 
     public var description: String {
@@ -132,6 +159,64 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible {
             text += " (\(underlying))"
         }
         return text
+    }
+}
+
+extension ResumableError {
+    /// ``message``: the sentence people should read, so `localizedDescription` is not Foundation's generic "The
+    /// operation could not be completed".
+    public var errorDescription: String? { message }
+
+    /// What kind of failure this is, in one sentence.
+    public var failureReason: String? {
+        switch code {
+        case .invalidToken: return "The resume token is malformed or names something it must not."
+        case .newerTokenVersion: return "The resume token was written by a newer version of Resumable."
+        case .tokenInUse: return "Another download holds the token's temporary file."
+        case .tokenGone: return "The token's download already finished, or its temporary file is gone."
+        case .destinationRequired: return "The token's temporary file is gone, so its destination cannot be trusted."
+        case .invalidRequest: return "The request cannot be made."
+        case .httpStatus: return httpStatus.map { "The server answered with status \($0)." } ?? "The server refused."
+        case .network: return "The connection failed."
+        case .timedOut: return "The connection timed out."
+        case .incompleteBody: return "The body ended before its announced end."
+        case .protocolViolation: return "The server's answer is not valid HTTP."
+        case .redirect: return "A redirect was refused."
+        case .fileSystem: return "A file operation failed."
+        case .diskFull: return "The disk is full."
+        case .destinationExists: return "The destination exists."
+        case .cancelled: return "The download was cancelled."
+        case .checksumMismatch: return "The file's SHA-256 differs from the expected one."
+        case .tls: return "The TLS handshake failed."
+        case .proxy:
+            if let httpStatus { return "The proxy answered with status \(httpStatus)." }
+            return isTransient ? "The proxy could not be reached." : "The proxy refused the request."
+        case .paused: return "The download was paused."
+        default: return nil
+        }
+    }
+
+    /// What to do about it, where there is something to do.
+    public var recoverySuggestion: String? {
+        let resume = resumeToken == nil ? "" : " Resume from the token to keep the bytes already downloaded."
+        switch code {
+        case .tls:
+            return "Check the server's certificate and host name. To trust a private CA, pass it with --cacert FILE "
+                + "(Configuration.tls)."
+        case .proxy where !isTransient:
+            return "Check the proxy and its credentials (--proxy, --noproxy, Configuration.proxy, or the http_proxy, "
+                + "HTTPS_PROXY, ALL_PROXY and NO_PROXY environment variables)."
+        case .tokenInUse: return "Wait for the other download to end, or stop it."
+        case .newerTokenVersion: return "Resume with a newer version of Resumable."
+        case .tokenGone: return "Start the download again."
+        case .destinationRequired: return "Pass the destination to resume into."
+        case .destinationExists: return "Choose another destination, or allow replacing the file."
+        case .checksumMismatch: return "Check the expected SHA-256 and the source; the file was not kept."
+        case .diskFull: return "Free some space, then try again." + resume
+        case .paused: return resumeToken == nil ? nil : "Resume from the token to continue where it stopped."
+        default:
+            return isTransient ? "Try again later." + resume : nil
+        }
     }
 }
 

@@ -42,9 +42,25 @@ typedef size_t (*cresumable_curl_data_callback)(char *buffer, size_t size, size_
 #define CRESUMABLE_CURLOPT_SUPPRESS_CONNECT_HEADERS 265
 #define CRESUMABLE_CURLOPT_QUICK_EXIT 322
 #define CRESUMABLE_CURLOPT_PROTOCOLS_STR 10318
+// TLS (checked with curl_easy_option_by_name against libcurl 7.88.1).
+#define CRESUMABLE_CURLOPT_SSLCERT 10025
+#define CRESUMABLE_CURLOPT_KEYPASSWD 10026
+#define CRESUMABLE_CURLOPT_SSL_VERIFYPEER 64
+#define CRESUMABLE_CURLOPT_CAINFO 10065
+#define CRESUMABLE_CURLOPT_SSL_VERIFYHOST 81
+#define CRESUMABLE_CURLOPT_SSLKEY 10087
+#define CRESUMABLE_CURLOPT_CAPATH 10097
+#define CRESUMABLE_CURLOPT_PINNEDPUBLICKEY 10230
+
+// Proxy options (checked against libcurl 7.88.1 with curl_easy_option_by_name).
+#define CRESUMABLE_CURLOPT_PROXYUSERNAME 10175
+#define CRESUMABLE_CURLOPT_PROXYPASSWORD 10176
+#define CRESUMABLE_CURLOPT_NOPROXY 10177
 
 // Values of options.
 #define CRESUMABLE_CURL_HTTP_VERSION_1_1 2
+/// HTTP/2 over TLS when the server offers it in ALPN, HTTP/1.1 otherwise and for plain http.
+#define CRESUMABLE_CURL_HTTP_VERSION_2TLS 4
 #define CRESUMABLE_CURLPROTO_HTTP 1
 #define CRESUMABLE_CURLPROTO_HTTPS 2
 /// CURL_ERROR_SIZE: the size CURLOPT_ERRORBUFFER must have.
@@ -77,6 +93,14 @@ typedef size_t (*cresumable_curl_data_callback)(char *buffer, size_t size, size_
 
 // Results of multi operations (CURLMcode).
 #define CRESUMABLE_CURLM_OK 0
+
+// Transfer information (CURLINFO): LONG values are 0x200000 + n, OFF_T values 0x600000 + n (curl 7.88's curl.h).
+/// The status a proxy answered CONNECT with, 0 when there was none.
+#define CRESUMABLE_CURLINFO_HTTP_CONNECTCODE 2097174
+/// A CURLproxycode after CURLE_PROXY (7.73 and later).
+#define CRESUMABLE_CURLINFO_PROXY_ERROR 2097211
+/// Microseconds until the transfer could begin (connection, TLS and any proxy tunnel done), 0 before that.
+#define CRESUMABLE_CURLINFO_PRETRANSFER_TIME_T 6291509
 
 /// Loads libcurl from `name` (a soname such as "libcurl.so.4" or a path) and resolves every entry point the
 /// transport needs, calling curl_global_init once. Returns NULL when the library or a symbol is missing, with
@@ -113,5 +137,10 @@ const char *cresumable_curl_multi_strerror(const cresumable_curl *curl, int code
 /// Reads the multi handle's next message. Returns 1 and sets `easy` and `result` when a transfer is done,
 /// 0 when no such message is queued.
 int cresumable_curl_multi_done(const cresumable_curl *curl, void *multi, void **easy, int *result);
+
+/// curl_easy_getinfo for a LONG information; returns the CURLcode (CURLE_BAD_FUNCTION_ARGUMENT for an unknown one).
+int cresumable_curl_easy_getinfo_long(const cresumable_curl *curl, void *easy, int info, long *value);
+/// curl_easy_getinfo for an OFF_T information (curl_off_t is 64 bits everywhere curl runs).
+int cresumable_curl_easy_getinfo_off_t(const cresumable_curl *curl, void *easy, int info, long long *value);
 
 #endif

@@ -171,7 +171,8 @@ extension DownloadTask {
     /// Every transport sends the same requests and feeds the same resume logic; they differ only in speed and
     /// memory. ``libcurl`` drives the system's libcurl directly (loaded at run time, never linked): body bytes
     /// go from curl's buffer straight into the file, and a slow disk slows the download instead of filling
-    /// memory. ``urlSession`` uses Foundation's `URLSession`, which on Linux copies and queues every chunk.
+    /// memory. ``urlSession`` uses Foundation's `URLSession`, which on Linux copies every chunk and queues up to
+    /// about 2.6 MiB per download before it stops reading.
     public struct Transport: Hashable, Sendable, CustomStringConvertible {
         enum Kind: Hashable, Sendable {
             case automatic
@@ -267,8 +268,11 @@ extension DownloadTask {
         public var retry: RetryPolicy
         /// How long a transfer may stall before it fails with ``ResumableError/Code/timedOut``.
         public var idleTimeout: Duration
-        /// How long establishing a connection (TCP and TLS handshakes, a proxy tunnel) may take before the attempt
-        /// fails with ``ResumableError/Code/timedOut``.
+        /// How long establishing a connection (name resolution, TCP and TLS handshakes, a proxy tunnel) may take
+        /// before the attempt fails with ``ResumableError/Code/timedOut``, which is retried. URLSession reports no
+        /// connect phase, so on ``Transport/urlSession`` it bounds the wait for the response head instead
+        /// (connecting, sending the request and the server's wait before answering). Whichever of this and
+        /// ``idleTimeout`` is shorter ends a connection attempt that makes no progress.
         public var connectTimeout: Duration
         /// The longest the whole task may run, retries and pauses between them included; `nil` for no limit. When it
         /// passes, the task ends with ``ResumableError/Code/timedOut`` and a token to continue from, and is not

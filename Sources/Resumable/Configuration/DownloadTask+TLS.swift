@@ -3,17 +3,322 @@ import Foundation
 extension DownloadTask {
     /// How TLS (https) connections are verified and authenticated.
     ///
-    /// Skeleton: the TLS work fills in trust roots, client certificates and pinning.
-    public struct TLS: Hashable, Sendable {
-        /// Creates the default TLS configuration.
-        public init() {}
+    /// The server's certificate is always verified, chain and host name; nothing here turns that off. What can be
+    /// chosen is what is trusted (``trust``), a client certificate to present (``clientCertificate``), and a public
+    /// key the server must have on top of a trusted chain (``pinnedPublicKey``).
+    ///
+    /// The default, ``Trust/environment``, reads the environment as curl's command-line tool does, once, when a task
+    /// is created or resumed (see ``Trust/environment``).
+    ///
+    /// Only the libcurl transport (the one ``Transport/automatic`` picks whenever libcurl loads) can honor a setting
+    /// other than the system's trust store: the `URLSession` transport fails such an https request with
+    /// ``ResumableError/Code/tls`` rather than ignoring it. (Trust naming the system's own CA bundle or
+    /// `/etc/ssl/certs`, as containers often set `SSL_CERT_FILE` and the like, is the system's store and passes.)
+    ///
+    /// A failed handshake (an untrusted, expired or misnamed certificate, a key that does not match the pin, a
+    /// client key that cannot be used) ends the task with ``ResumableError/Code/tls`` and is never retried. See
+    /// <doc:TLS>.
+    public struct TLS: Hashable, Sendable, CustomStringConvertible {
+        /// The certificates a server's chain must lead to.
+        public var trust: Trust
+        /// The certificate presented when the server asks for one; `nil` for none.
+        public var clientCertificate: ClientCertificate?
+        /// The public key the server's certificate must carry, besides a trusted chain; `nil` for no pinning.
+        public var pinnedPublicKey: PinnedPublicKey?
 
-        /// The system's trust store (or the one the environment names, as curl reads it), no client certificate, no
-        /// pinning.
+        /// Creates a TLS configuration.
+        public init(
+            trust: Trust = .environment, clientCertificate: ClientCertificate? = nil,
+            pinnedPublicKey: PinnedPublicKey? = nil
+        ) {
+            self.trust = trust
+            self.clientCertificate = clientCertificate
+            self.pinnedPublicKey = pinnedPublicKey
+        }
+
+        /// Trust as the environment says (else the system's store), no client certificate, no pinning.
         public static let `default` = TLS()
 
-        /// Checks this configuration when a task is created, so a bad one fails at once with a typed error instead
-        /// of after the first request. Skeleton: checks nothing yet.
-        func validate() throws(ResumableError) {}
+        /// The trust, the client certificate's paths (never its passphrase) and the pin.
+        public var description: String {
+            var parts = ["trust \(trust)"]
+            if let clientCertificate { parts.append("client \(clientCertificate)") }
+            if let pinnedPublicKey { parts.append("\(pinnedPublicKey)") }
+            return parts.joined(separator: ", ")
+        }
+
+        /// Resolves ``Trust/environment`` into what the environment names now, and checks that every file named is
+        /// readable and every pin well formed. Called when a task is created or resumed, so a bad configuration fails
+        /// at once and the environment is read once per task.
+        ///
+        /// - Throws: ``ResumableError/Code/invalidRequest`` naming the setting (or environment variable) and path at
+        ///   fault: a file or directory that is missing or unreadable, a pin that is not `sha256//` and 44 base64
+        ///   characters.
+        mutating func validate() throws(ResumableError) {
+            trust = trust.resolved(environment: ProcessInfo.processInfo.environment)
+            try trust.check()
+            try clientCertificate?.check()
+            try pinnedPublicKey?.check()
+        }
+    }
+}
+
+// MARK: - Trust
+
+extension DownloadTask.TLS {
+    /// The certificates (CAs) a server's certificate chain must lead to.
+    public struct Trust: Hashable, Sendable, CustomStringConvertible {
+        enum Kind: Hashable, Sendable {
+            case environment
+            case system
+            /// Exactly these locations; `nil` for none (never the system's).
+            case pem(file: String?, directory: String?)
+        }
+
+        let kind: Kind
+        /// The environment variable ``environment`` was resolved from, for messages.
+        let variable: String?
+
+        init(_ kind: Kind, variable: String? = nil) {
+            self.kind = kind
+            self.variable = variable
+        }
+
+        /// What the environment names, chosen exactly as curl's command-line tool (7.88) chooses when given neither
+        /// `--cacert` nor `--capath`: `CURL_CA_BUNDLE` (a PEM file) when set; otherwise `SSL_CERT_DIR` (a PEM
+        /// directory) when set; otherwise `SSL_CERT_FILE` (a PEM file) when set; otherwise the ``system`` store. A
+        /// variable set to the empty string counts as unset, as in curl; only one variable is ever used, so
+        /// `SSL_CERT_FILE` is ignored while `SSL_CERT_DIR` is set.
+        ///
+        /// The environment is read when a task is created or resumed, and that choice holds for every request of
+        /// the task. A location named there replaces the system store, as ``pemFile(_:)`` and
+        /// ``pemDirectory(_:)`` do. The default.
+        public static let environment = Trust(.environment)
+
+        /// The system's trust store, whatever the environment says: libcurl's built-in CA bundle and directory
+        /// (on Debian `/etc/ssl/certs/ca-certificates.crt` and `/etc/ssl/certs`).
+        public static let system = Trust(.system)
+
+        /// The CA certificates in one PEM file (several may be concatenated), and no others: the system store is
+        /// not consulted. curl's `--cacert`.
+        public static func pemFile(_ file: URL) -> Trust {
+            Trust(.pem(file: file.standardizedFileURL.path, directory: nil))
+        }
+
+        /// The CA certificates in a directory of PEM files named by their subject hash (prepared with
+        /// `openssl rehash`), and no others. curl's `--capath`.
+        public static func pemDirectory(_ directory: URL) -> Trust {
+            Trust(.pem(file: nil, directory: directory.standardizedFileURL.path))
+        }
+
+        /// The CA certificates in a PEM file and in a hashed PEM directory together, and no others; curl's
+        /// `--cacert` and `--capath` given together. At least one must be given; with neither, the ``system`` store.
+        public static func pem(file: URL?, directory: URL?) -> Trust {
+            guard file != nil || directory != nil else { return .system }
+            return Trust(.pem(file: file?.standardizedFileURL.path, directory: directory?.standardizedFileURL.path))
+        }
+
+        public var description: String {
+            switch kind {
+            case .environment: return "environment"
+            case .system: return variable.map { "system (\($0) unset)" } ?? "system"
+            case .pem(let file, let directory):
+                let parts = [file.map { "file \($0)" }, directory.map { "directory \($0)" }].compactMap { $0 }
+                return parts.joined(separator: " and ") + (variable.map { " (from \($0))" } ?? "")
+            }
+        }
+
+        /// ``environment`` made concrete by curl's rule; any other trust as it is.
+        func resolved(environment: [String: String]) -> Trust {
+            guard kind == .environment else { return self }
+            func value(_ name: String) -> String? {
+                guard let value = environment[name], !value.isEmpty else { return nil }
+                return value
+            }
+            if let bundle = value("CURL_CA_BUNDLE") {
+                return Trust(.pem(file: bundle, directory: nil), variable: "CURL_CA_BUNDLE")
+            }
+            if let directory = value("SSL_CERT_DIR") {
+                return Trust(.pem(file: nil, directory: directory), variable: "SSL_CERT_DIR")
+            }
+            if let file = value("SSL_CERT_FILE") {
+                return Trust(.pem(file: file, directory: nil), variable: "SSL_CERT_FILE")
+            }
+            return Trust(.system)
+        }
+
+        /// The file and directory to hand a TLS library, `nil` meaning none; `system` when the built-in store is
+        /// meant. ``environment`` is resolved first from the current environment.
+        var locations: (system: Bool, file: String?, directory: String?) {
+            switch resolved(environment: ProcessInfo.processInfo.environment).kind {
+            case .environment, .system: return (true, nil, nil)
+            case .pem(let file, let directory): return (false, file, directory)
+            }
+        }
+
+        func check() throws(ResumableError) {
+            guard case .pem(let file, let directory) = kind else { return }
+            let setting = variable ?? "trust"
+            if let file { try TLSFiles.checkReadableFile(file, setting: "\(setting) CA file") }
+            // Like curl's CAPATH, a directory may be a `:`-separated list.
+            for path in directory?.split(separator: ":").map(String.init) ?? [] {
+                try TLSFiles.checkReadableDirectory(path, setting: "\(setting) CA directory")
+            }
+        }
+    }
+}
+
+// MARK: - Client certificate
+
+extension DownloadTask.TLS {
+    /// A certificate (and its private key) presented to a server that asks for one: curl's `--cert` and `--key`.
+    ///
+    /// The passphrase is never part of a description, a log line or a token; only the paths are.
+    public struct ClientCertificate: Hashable, Sendable, CustomStringConvertible, CustomDebugStringConvertible,
+        CustomReflectable
+    {
+        /// The certificate, PEM; it may also hold the private key.
+        public var certificate: URL
+        /// The private key, PEM; `nil` when it is in ``certificate``'s file.
+        public var key: URL?
+        /// The passphrase of an encrypted key; `nil` for an unencrypted one.
+        public var passphrase: String?
+
+        /// Creates a client certificate from PEM files.
+        public init(certificate: URL, key: URL? = nil, passphrase: String? = nil) {
+            self.certificate = certificate
+            self.key = key
+            self.passphrase = passphrase
+        }
+
+        public var description: String {
+            var text = "certificate \(certificate.path)"
+            if let key { text += ", key \(key.path)" }
+            if passphrase != nil { text += ", passphrase <redacted>" }
+            return text
+        }
+
+        public var debugDescription: String { "ClientCertificate(\(description))" }
+
+        /// The paths only, so `dump` and debuggers never show the passphrase either.
+        public var customMirror: Mirror {
+            Mirror(
+                self,
+                children: ["certificate": certificate, "key": key as Any, "hasPassphrase": passphrase != nil],
+                displayStyle: .struct)
+        }
+
+        func check() throws(ResumableError) {
+            try TLSFiles.checkReadableFile(certificate.path, setting: "client certificate")
+            if let key { try TLSFiles.checkReadableFile(key.path, setting: "client key") }
+        }
+    }
+}
+
+// MARK: - Pinned public key
+
+extension DownloadTask.TLS {
+    /// The public key a server's certificate must carry: curl's `--pinnedpubkey`.
+    ///
+    /// Pinning comes on top of verification: the chain must still be trusted and the host name match.
+    public struct PinnedPublicKey: Hashable, Sendable, CustomStringConvertible {
+        enum Kind: Hashable, Sendable {
+            /// `sha256//` and a base64 SHA-256 digest of a DER SubjectPublicKeyInfo, each, as given.
+            case sha256([String])
+            /// A PEM or DER public key file.
+            case file(String)
+        }
+
+        let kind: Kind
+
+        /// Any of these SHA-256 digests (base64 of the digest of the DER SubjectPublicKeyInfo, as
+        /// `openssl pkey -pubout -outform DER | openssl dgst -sha256 -binary | base64` prints it) matches.
+        public static func sha256(_ digests: [String]) -> PinnedPublicKey {
+            PinnedPublicKey(kind: .sha256(digests.map { "sha256//" + $0 }))
+        }
+
+        /// The public key in a PEM or DER file.
+        public static func file(_ file: URL) -> PinnedPublicKey {
+            PinnedPublicKey(kind: .file(file.standardizedFileURL.path))
+        }
+
+        /// A pin in curl's `--pinnedpubkey` syntax: `sha256//` digests separated by `;`
+        /// (`sha256//AAA…=;sha256//BBB…=`), or else the path of a key file.
+        public init(curlSyntax text: String) {
+            if text.hasPrefix("sha256//") {
+                kind = .sha256(text.split(separator: ";", omittingEmptySubsequences: false).map(String.init))
+            } else {
+                kind = .file(URL(fileURLWithPath: text).standardizedFileURL.path)
+            }
+        }
+
+        private init(kind: Kind) {
+            self.kind = kind
+        }
+
+        /// The value for curl's `CURLOPT_PINNEDPUBLICKEY`.
+        var curlValue: String {
+            switch kind {
+            case .sha256(let pins): return pins.joined(separator: ";")
+            case .file(let path): return path
+            }
+        }
+
+        public var description: String { "pinned public key " + curlValue }
+
+        func check() throws(ResumableError) {
+            switch kind {
+            case .file(let path):
+                try TLSFiles.checkReadableFile(path, setting: "pinned public key")
+            case .sha256(let pins):
+                guard !pins.isEmpty else {
+                    throw ResumableError(.invalidRequest, "pinned public key: no sha256// digest given")
+                }
+                for pin in pins {
+                    // 32 bytes in base64 are 43 characters and one `=`.
+                    let digest = pin.dropFirst(8)
+                    guard pin.hasPrefix("sha256//"), digest.utf8.count == 44, digest.hasSuffix("="),
+                        let decoded = Data(base64Encoded: String(digest)), decoded.count == 32
+                    else {
+                        throw ResumableError(
+                            .invalidRequest,
+                            "pinned public key: \(pin.debugDescription) is not sha256// followed by the 44-character "
+                                + "base64 of a SHA-256 digest")
+                    }
+                }
+            }
+        }
+    }
+}
+
+// MARK: - Files
+
+/// Checks that the files a TLS configuration names can be read, so a typo fails when the task is created.
+enum TLSFiles {
+    static func checkReadableFile(_ path: String, setting: String) throws(ResumableError) {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) does not exist")
+        }
+        guard !isDirectory.boolValue else {
+            throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) is a directory, not a file")
+        }
+        guard FileManager.default.isReadableFile(atPath: path) else {
+            throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) cannot be read")
+        }
+    }
+
+    static func checkReadableDirectory(_ path: String, setting: String) throws(ResumableError) {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) does not exist")
+        }
+        guard isDirectory.boolValue else {
+            throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) is not a directory")
+        }
+        guard FileManager.default.isReadableFile(atPath: path), FileManager.default.isExecutableFile(atPath: path)
+        else {
+            throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) cannot be read")
+        }
     }
 }

@@ -17,10 +17,11 @@ import Synchronization
 /// once; the callbacks check the same flag, so a transfer stops within one write callback even while data pours
 /// in.
 ///
-/// Requests are HTTP/1.1, carry exactly the engine's headers (curl's default `Accept: */*` is removed), never
+/// Requests are HTTP/1.1, or HTTP/2 over TLS when the server offers it (ALPN; see `CurlTransport+TLS.swift`), carry
+/// exactly the engine's headers (curl's default `Accept: */*` is removed), never
 /// follow redirects, and decode a `Content-Encoding` the server applied despite `Accept-Encoding: identity`,
-/// as FoundationNetworking does. Proxies come from the environment as curl reads them (`http_proxy`,
-/// `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`), except that loopback hosts are always reached directly.
+/// as FoundationNetworking does. The proxy is set explicitly for every request from ``ProxyRules`` (see
+/// `CurlTransport+Proxy.swift`), never from curl's own reading of the environment.
 struct CurlTransport: TransportSession {
     /// The size of curl's receive buffer: the most one `recv` reads. curl still hands the write callback at most
     /// 16 KiB (`CURL_MAX_WRITE_SIZE`) at a time. Measured on loopback with a 1 GiB file, 512 KiB needs a third
@@ -50,16 +51,6 @@ struct CurlTransport: TransportSession {
     /// is nothing to release.
     func close() {
         connections?.close()
-    }
-
-    /// Whether `url` names this machine: `localhost` (and `*.localhost`), 127.0.0.0/8 or ::1. Such requests never
-    /// go through a proxy from the environment, which could not reach them.
-    static func isLoopback(_ url: URL) -> Bool {
-        guard var host = url.host?.lowercased() else { return false }
-        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        if host == "localhost" || host.hasSuffix(".localhost") || host == "::1" { return true }
-        var address = in_addr()
-        return inet_pton(AF_INET, host, &address) == 1 && UInt32(bigEndian: address.s_addr) >> 24 == 127
     }
 }
 
@@ -203,7 +194,7 @@ private final class CurlTransfer: @unchecked Sendable {
             var done: UnsafeMutableRawPointer?
             var code: Int32 = 0
             if cresumable_curl_multi_done(table, multi, &done, &code) != 0 {
-                return outcome(code, detail: String(cString: errorBuffer))
+                return outcome(code, detail: String(cString: errorBuffer), easy: done)
             }
             if isCancelled { return .failure(Self.cancellation) }
             // curl's own LOW_SPEED check averages over a window of seconds; this one is exact.
@@ -261,7 +252,8 @@ private final class CurlTransfer: @unchecked Sendable {
             try set(CRESUMABLE_CURLOPT_PROTOCOLS, Int(CRESUMABLE_CURLPROTO_HTTP | CRESUMABLE_CURLPROTO_HTTPS))
         }
         try set(CRESUMABLE_CURLOPT_HTTPGET, 1)
-        try set(CRESUMABLE_CURLOPT_HTTP_VERSION, Int(CRESUMABLE_CURL_HTTP_VERSION_1_1))
+        // HTTP/2 where TLS offers it, verification, trust, client certificate, pin: CurlTransport+TLS.swift.
+        try CurlTransport.configureTLS(request.tls, on: easy, library: library)
         try set(CRESUMABLE_CURLOPT_FOLLOWLOCATION, 0)
         try set(CRESUMABLE_CURLOPT_NOSIGNAL, 1)
         try set(CRESUMABLE_CURLOPT_BUFFERSIZE, bufferSize)
@@ -271,13 +263,14 @@ private final class CurlTransfer: @unchecked Sendable {
         try set(CRESUMABLE_CURLOPT_SUPPRESS_CONNECT_HEADERS, 1, required: false)
         // Don't wait for a resolver thread when a transfer is abandoned (7.87 and later).
         try set(CRESUMABLE_CURLOPT_QUICK_EXIT, 1, required: false)
+        // Name resolution, TCP, TLS and a proxy tunnel, together.
+        try set(
+            CRESUMABLE_CURLOPT_CONNECTTIMEOUT_MS,
+            Int(clamping: CurlTransport.optionMilliseconds(request.connectTimeout)))
         let idleMilliseconds = CurlTransport.optionMilliseconds(request.idleTimeout)
-        try set(CRESUMABLE_CURLOPT_CONNECTTIMEOUT_MS, Int(clamping: idleMilliseconds))
         try set(CRESUMABLE_CURLOPT_LOW_SPEED_LIMIT, 1)
         try set(CRESUMABLE_CURLOPT_LOW_SPEED_TIME, Int(clamping: max((idleMilliseconds + 999) / 1000, 1)))
-        if CurlTransport.isLoopback(request.url) {
-            try set(CRESUMABLE_CURLOPT_PROXY, "")
-        }
+        try CurlTransport.applyProxy(to: easy, for: request, library: library)
         try set(CRESUMABLE_CURLOPT_WRITEDATA, context)
         try set(CRESUMABLE_CURLOPT_HEADERDATA, context)
         for (option, callback) in [
@@ -321,36 +314,50 @@ private final class CurlTransfer: @unchecked Sendable {
     private static let cancellation = ResumableError(.cancelled, "the request was cancelled")
 
     /// The result of a transfer curl reported done with `code`.
-    private func outcome(_ code: Int32, detail: String) -> Result<Void, ResumableError> {
+    private func outcome(_ code: Int32, detail: String, easy: UnsafeMutableRawPointer?)
+        -> Result<Void, ResumableError>
+    {
         if let consumerError = worker.consumerError { return .failure(consumerError) }
         if worker.declined { return .success(()) }
         if isCancelled { return .failure(Self.cancellation) }
         if let callbackError = worker.callbackError { return .failure(callbackError) }
         if code == CRESUMABLE_CURLE_OK { return worker.headDelivered ? .success(()) : .failure(noFinalResponse) }
-        return .failure(classify(code, detail: detail))
+        return .failure(classify(code, detail: detail, easy: easy))
     }
 
-    /// Maps a curl result to the error the URLSession transport gives for the same failure; `detail` is curl's
-    /// error buffer, which names the host, port or byte count at fault.
-    private func classify(_ code: Int32, detail: String) -> ResumableError {
-        let underlying = CurlError(code: code, description: library.describe(code))
-        let detail = detail.isEmpty ? underlying.description : detail
-        switch code {
-        case CRESUMABLE_CURLE_OPERATION_TIMEDOUT:
-            return ResumableError(.timedOut, "the server stopped sending: \(detail)", underlying: underlying)
-        case CRESUMABLE_CURLE_ABORTED_BY_CALLBACK:
-            return ResumableError(.cancelled, "the request was cancelled", underlying: underlying)
-        case CRESUMABLE_CURLE_URL_MALFORMAT:
-            return ResumableError(.invalidRequest, "the URL cannot be requested", underlying: underlying)
-        case CRESUMABLE_CURLE_UNSUPPORTED_PROTOCOL, CRESUMABLE_CURLE_WEIRD_SERVER_REPLY,
-            CRESUMABLE_CURLE_BAD_CONTENT_ENCODING:
-            // UNSUPPORTED_PROTOCOL for an http(s) URL is curl refusing an HTTP/0.9 answer.
-            return ResumableError(
-                .protocolViolation, "the server's answer is not valid HTTP: \(detail)", underlying: underlying)
-        default:
-            // COULDNT_CONNECT, COULDNT_RESOLVE_*, PARTIAL_FILE, GOT_NOTHING, SEND_ERROR, RECV_ERROR, TLS failures.
-            return ResumableError(.network, detail, underlying: underlying)
+    /// Maps a curl result to the error the URLSession transport gives for the same failure (see
+    /// ``TransportFailure``); `detail` is curl's error buffer, which names the host, port or reason at fault.
+    private func classify(_ code: Int32, detail: String, easy: UnsafeMutableRawPointer?) -> ResumableError {
+        let table = library.table
+        var connectCode = 0
+        var proxyError = 0
+        var pretransfer: Int64 = 0
+        if let easy {
+            var long = 0
+            if cresumable_curl_easy_getinfo_long(table, easy, CRESUMABLE_CURLINFO_HTTP_CONNECTCODE, &long)
+                == CRESUMABLE_CURLE_OK
+            {
+                connectCode = long
+            }
+            if cresumable_curl_easy_getinfo_long(table, easy, CRESUMABLE_CURLINFO_PROXY_ERROR, &long)
+                == CRESUMABLE_CURLE_OK
+            {
+                proxyError = long
+            }
+            var offset: Int64 = 0
+            if cresumable_curl_easy_getinfo_off_t(table, easy, CRESUMABLE_CURLINFO_PRETRANSFER_TIME_T, &offset)
+                == CRESUMABLE_CURLE_OK
+            {
+                pretransfer = offset
+            }
         }
+        let underlying = CurlError(code: code, description: library.describe(code))
+        let context = TransportFailure.Context(request)
+        let cause = TransportFailure.curl(
+            code, detail: detail.isEmpty ? underlying.description : detail, connectCode: connectCode,
+            proxyError: proxyError, connected: pretransfer > 0 || worker.headDelivered, context: context)
+        return TransportFailure.error(
+            cause, detail: detail.isEmpty ? underlying.description : detail, context: context, underlying: underlying)
     }
 
     // MARK: - Callbacks (on the transfer's thread, inside curl_multi_perform)

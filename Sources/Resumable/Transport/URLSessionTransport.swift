@@ -22,6 +22,11 @@ import Synchronization
 ///   the consumer sees only the final head. Apple's Foundation never reports them there.
 /// - It ignores the disposition given to that callback's completion handler, so `.cancel` alone would let the
 ///   body flow on. A declined head cancels the data task as well, and nothing after it reaches the consumer.
+///
+/// Memory is bounded on Linux by the session's delegate queue, a ``URLSessionDeliveryQueue``: while 64 callbacks
+/// (1 MiB) wait for the consumer, the session stops reading from the socket, because swift-corelibs-foundation
+/// would otherwise queue the whole body for a slow writer, and its `URLSessionTask.suspend()` restarts the request
+/// instead of pausing it. On Apple platforms the session uses a delegate queue of its own (untested there).
 final class URLSessionTransport: TransportSession {
     /// The idle timeout as a `TimeInterval` URLSession can take: from 1 ms to 10^9 s (about 31.7 years), for any
     /// `Duration`.
@@ -41,14 +46,47 @@ final class URLSessionTransport: TransportSession {
 
     private let router = TaskRouter()
     private let state = Mutex(State())
+    #if canImport(FoundationNetworking)
+        /// The session's delegate queue, which bounds what waits for the consumer.
+        private let deliveryQueue: URLSessionDeliveryQueue
+    #endif
 
-    init() {}
+    /// When the session's delegate queue holds the network back (Linux only).
+    let flowControl: URLSessionFlowControl
+
+    /// A transport whose delegate queue holds the network back at `flowControl`'s marks (Linux only).
+    init(flowControl: URLSessionFlowControl = .default) {
+        self.flowControl = flowControl
+        #if canImport(FoundationNetworking)
+            deliveryQueue = URLSessionDeliveryQueue(limits: flowControl)
+        #endif
+    }
+
+    /// What the delegate queue did so far; all zero on Apple platforms, where it is not bounded here.
+    var deliveryStatistics: URLSessionDeliveryStatistics {
+        #if canImport(FoundationNetworking)
+            deliveryQueue.currentStatistics
+        #else
+            URLSessionDeliveryStatistics()
+        #endif
+    }
+
+    /// The session's delegate queue: `nil` (a serial queue of URLSession's own) on Apple platforms.
+    private var delegateQueue: OperationQueue? {
+        #if canImport(FoundationNetworking)
+            deliveryQueue
+        #else
+            nil
+        #endif
+    }
 
     deinit {
         close()
     }
 
     func execute(_ request: TransportRequest, consumer: some ResponseConsumer) async throws(ResumableError) {
+        try Self.checkProxy(for: request)
+        try Self.checkTLS(for: request)
         var urlRequest = URLRequest(url: request.url)
         urlRequest.httpMethod = "GET"
         urlRequest.cachePolicy = .reloadIgnoringLocalAndRemoteCacheData
@@ -59,12 +97,12 @@ final class URLSessionTransport: TransportSession {
             urlRequest.addValue(header.value, forHTTPHeaderField: header.name)
         }
 
-        let handler = StreamingHandler(consumer: consumer)
+        let handler = StreamingHandler(consumer: consumer, failureContext: TransportFailure.Context(request))
         // Made and registered under the lock, so `close()` cannot invalidate the session in between (making a
         // task in an invalidated session traps).
         let made: URLSessionDataTask? = state.withLock { state in
             guard !state.closed else { return nil }
-            let session = state.session ?? Self.makeSession(timeout: seconds, delegate: router)
+            let session = state.session ?? Self.makeSession(timeout: seconds, delegate: router, queue: delegateQueue)
             state.session = session
             let task = session.dataTask(with: urlRequest)
             router.register(handler, for: task)
@@ -72,6 +110,9 @@ final class URLSessionTransport: TransportSession {
         }
         guard let task = made else { throw TransportSessionClosed.error }
         defer { router.remove(task) }
+        // URLSession shows no connect phase: the connect timeout bounds the wait for the head (see ConnectWatchdog).
+        let watchdog = ConnectWatchdog(timeout: request.connectTimeout) { handler.connectTimedOut() }
+        defer { watchdog.cancel() }
         let outcome: Result<Void, ResumableError> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 handler.start(task, continuation: continuation)
@@ -84,6 +125,10 @@ final class URLSessionTransport: TransportSession {
 
     /// Invalidates the session, cancelling a request still running; later requests fail.
     func close() {
+        #if canImport(FoundationNetworking)
+            // First, so that the invalidation below never waits for a work queue suspended by a full delivery queue.
+            deliveryQueue.release()
+        #endif
         let session = state.withLock { state in
             state.closed = true
             defer { state.session = nil }
@@ -93,14 +138,18 @@ final class URLSessionTransport: TransportSession {
         router.abandonAll()
     }
 
-    private static func makeSession(timeout: TimeInterval, delegate: TaskRouter) -> URLSession {
+    private static func makeSession(timeout: TimeInterval, delegate: TaskRouter, queue: OperationQueue?) -> URLSession {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
         configuration.httpCookieStorage = nil
         configuration.httpShouldSetCookies = false
         configuration.timeoutIntervalForRequest = timeout
         configuration.requestCachePolicy = .reloadIgnoringLocalAndRemoteCacheData
-        return URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+        let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: queue)
+        #if canImport(FoundationNetworking)
+            (queue as? URLSessionDeliveryQueue)?.attach(to: session)
+        #endif
+        return session
     }
 }
 
@@ -201,8 +250,12 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
     /// only when no call is under way and none can follow.
     private let delivery = Mutex(false)
 
-    init(consumer: Consumer) {
+    /// What an error message names; see ``TransportFailure``.
+    private let failureContext: TransportFailure.Context
+
+    init(consumer: Consumer, failureContext: TransportFailure.Context) {
         self.consumer = consumer
+        self.failureContext = failureContext
     }
 
     func start(_ task: URLSessionDataTask, continuation: CheckedContinuation<Result<Void, ResumableError>, Never>) {
@@ -326,7 +379,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         } else if cancelled {
             finish(.failure(ResumableError(.cancelled, "the request was cancelled")))
         } else if let error {
-            finish(.failure(Self.classify(error)))
+            finish(.failure(Self.classify(error, context: failureContext)))
         } else if !headDelivered {
             finish(.failure(noFinalResponse))
         } else {
@@ -334,20 +387,31 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         }
     }
 
-    private static func classify(_ error: any Error) -> ResumableError {
+    /// Maps a URLSession error to the error the libcurl transport gives for the same failure (see
+    /// ``TransportFailure``).
+    static func classify(_ error: any Error, context: TransportFailure.Context) -> ResumableError {
         let nsError = error as NSError
         let sendable = URLError(URLError.Code(rawValue: nsError.code) ?? .unknown)
-        switch nsError.code {
-        case URLError.timedOut.rawValue:
-            return ResumableError(.timedOut, "the server stopped sending", underlying: sendable)
-        case URLError.cancelled.rawValue:
-            return ResumableError(.cancelled, "the request was cancelled", underlying: sendable)
-        case URLError.unsupportedURL.rawValue, URLError.badURL.rawValue:
-            return ResumableError(.invalidRequest, "the URL cannot be requested", underlying: sendable)
-        case URLError.badServerResponse.rawValue, URLError.cannotParseResponse.rawValue:
-            return ResumableError(.protocolViolation, "the server's answer is not valid HTTP", underlying: sendable)
-        default:
-            return ResumableError(.network, nsError.localizedDescription, underlying: sendable)
+        let cause = TransportFailure.urlSession(
+            domain: nsError.domain, code: nsError.code, description: nsError.localizedDescription, context: context)
+        return TransportFailure.error(
+            cause, detail: nsError.localizedDescription, context: context, underlying: sendable)
+    }
+
+    /// The connect timeout passed before the response head (see ``ConnectWatchdog``): ends the request with
+    /// ``ResumableError/Code/timedOut``, unless the head arrived or the request ended first.
+    func connectTimedOut() {
+        let task = state.withLock { state -> URLSessionDataTask? in
+            guard !state.headDelivered, !state.finished, !state.cancelled, state.consumerError == nil else {
+                return nil
+            }
+            // Recorded like a consumer's error, which `didComplete` reports first; `cancelled` keeps a head that
+            // arrives meanwhile from reaching the consumer.
+            state.consumerError = TransportFailure.error(
+                .connectTimeout, detail: "", context: failureContext, underlying: URLError(.timedOut))
+            state.cancelled = true
+            return state.task
         }
+        task?.cancel()
     }
 }
