@@ -41,9 +41,15 @@ final class CLIProcess: Sendable {
     static let executable: URL = locateExecutable()
 
     /// Starts `resumable` with `arguments` in `directory`; with `fileSizeLimit`, under `ulimit -f` (in
-    /// 512-byte blocks), so writes past it fail with `EFBIG` as on a full disk.
-    init(_ arguments: [String], in directory: URL, fileSizeLimit blocks: Int? = nil) throws {
+    /// 512-byte blocks), so writes past it fail with `EFBIG` as on a full disk; with `environment`, those variables
+    /// set on top of this process's environment.
+    init(
+        _ arguments: [String], in directory: URL, fileSizeLimit blocks: Int? = nil, environment: [String: String] = [:]
+    ) throws {
         let process = Process()
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         if let blocks {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             process.arguments = ["-c", "ulimit -f \(blocks) && exec \"$0\" \"$@\"", Self.executable.path] + arguments
@@ -66,20 +72,24 @@ final class CLIProcess: Sendable {
 
     /// Runs `resumable` to its end.
     static func run(
-        _ arguments: [String], in directory: URL, timeout: Duration = CLIProcess.deadline
+        _ arguments: [String], in directory: URL, timeout: Duration = CLIProcess.deadline,
+        environment: [String: String] = [:]
     ) async throws -> CLIResult {
-        try await start(arguments, in: directory).finish(timeout: timeout)
+        try await start(arguments, in: directory, environment: environment).finish(timeout: timeout)
     }
 
-    /// Starts `resumable` as ``init(_:in:fileSizeLimit:)`` does, but spawns it from a thread of its own: spawning
+    /// Starts `resumable` as ``init(_:in:fileSizeLimit:environment:)`` does, but spawns it from a thread of its own: spawning
     /// lists and closes every open descriptor for the child, which takes a while in a test process with hundreds
     /// of sockets open, and no thread of the cooperative pool should wait for it.
-    static func start(_ arguments: [String], in directory: URL, fileSizeLimit blocks: Int? = nil) async throws
-        -> CLIProcess
-    {
+    static func start(
+        _ arguments: [String], in directory: URL, fileSizeLimit blocks: Int? = nil, environment: [String: String] = [:]
+    ) async throws -> CLIProcess {
         try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
-                continuation.resume(with: Result { try CLIProcess(arguments, in: directory, fileSizeLimit: blocks) })
+                continuation.resume(
+                    with: Result {
+                        try CLIProcess(arguments, in: directory, fileSizeLimit: blocks, environment: environment)
+                    })
             }
             thread.name = "CLIProcess.start"
             thread.start()

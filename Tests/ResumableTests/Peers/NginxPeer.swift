@@ -31,6 +31,34 @@ final class NginxPeer: Sendable {
         var sent: Int64
     }
 
+    /// TLS for an instance: the certificate it presents on its TLS port, whether it offers HTTP/2 there (ALPN), and
+    /// whether it requires a client certificate.
+    struct TLS: Sendable {
+        /// The certificate and key nginx presents.
+        var identity: TLSCertificates.Identity
+        /// Whether nginx offers HTTP/2 (`listen … ssl http2`); otherwise it speaks HTTP/1.1 only.
+        var http2: Bool = true
+        /// A CA whose client certificates nginx requires (`ssl_verify_client on`); `nil` for none. nginx completes
+        /// the handshake without one and answers `400` ("No required SSL certificate was sent").
+        var clientCA: URL? = nil
+
+        init(_ identity: TLSCertificates.Identity, http2: Bool = true, clientCA: URL? = nil) {
+            self.identity = identity
+            self.http2 = http2
+            self.clientCA = clientCA
+        }
+    }
+
+    /// The protocol of one logged request (`$server_protocol`: `HTTP/1.1`, `HTTP/2.0`), with what identifies it.
+    struct ProtocolLogEntry: Decodable, Hashable, Sendable {
+        var status: Int
+        var uri: String
+        /// The request's `Range`, or `""`.
+        var range: String
+        /// `HTTP/1.1` or `HTTP/2.0`.
+        var `protocol`: String
+    }
+
     /// The nginx binary: `RESUMABLE_TEST_NGINX`, else `/usr/sbin/nginx` (Debian's `nginx-light`) or the like.
     static let executable = PeerEnvironment.executable(
         named: "nginx",
@@ -47,6 +75,9 @@ final class NginxPeer: Sendable {
     let documentRoot: URL
     /// The loopback port nginx listens on.
     var port: UInt16 { process.port }
+    /// The loopback port nginx speaks TLS on, when it was started with ``TLS``; ``port`` then still speaks plain
+    /// HTTP (the readiness probe uses it), serving the same files.
+    let tlsPort: UInt16?
     private let process: PeerProcess
     private let accessLogURL: URL
 
@@ -57,8 +88,11 @@ final class NginxPeer: Sendable {
     ///   - serverDirectives: Extra directives for the `server` block (e.g. `location`s with `limit_rate`).
     ///   - documentRoot: A directory to serve; by default a new one inside this instance's directory. Pass
     ///     another instance's to serve the same files (same inodes, so the same `ETag`s) from a new process.
+    ///   - tls: Also listen on ``tlsPort`` with TLS (and HTTP/2, unless turned off); ``url(_:)`` then names it.
     /// - Throws: ``PeerError`` when nginx is not installed or does not start.
-    init(httpDirectives: String = "", serverDirectives: String = "", documentRoot: URL? = nil) async throws {
+    init(
+        httpDirectives: String = "", serverDirectives: String = "", documentRoot: URL? = nil, tls: TLS? = nil
+    ) async throws {
         guard let executable = Self.executable else {
             throw PeerEnvironment.missing(
                 "nginx", variable: "RESUMABLE_TEST_NGINX", install: "apt-get install -y nginx-light")
@@ -74,6 +108,7 @@ final class NginxPeer: Sendable {
         let errorLog = logs.appendingPathComponent("error.log")
         let accessLog = logs.appendingPathComponent("access.log")
         let modules = Self.temporaryPathModules
+        var tlsPort: UInt16?
         process = try await PeerProcess.launch(
             name: "nginx",
             executable: executable,
@@ -84,6 +119,26 @@ final class NginxPeer: Sendable {
             let temporaryPaths = modules.map { module in
                 "\(module)_temp_path \(Self.quoted(temporary.appendingPathComponent(module).path));"
             }
+            var tlsDirectives = ""
+            if let tls {
+                // A second free port; a clash with another process shows as "address already in use" and the launch
+                // is tried again with new ports.
+                var second = try PeerProcess.freeLoopbackPort()
+                while second == port { second = try PeerProcess.freeLoopbackPort() }
+                tlsPort = second
+                tlsDirectives = """
+                    listen 127.0.0.1:\(second) ssl\(tls.http2 ? " http2" : "");
+                            ssl_certificate \(Self.quoted(tls.identity.certificate.path));
+                            ssl_certificate_key \(Self.quoted(tls.identity.key.path));
+                    """
+                if let clientCA = tls.clientCA {
+                    tlsDirectives += """
+
+                                ssl_client_certificate \(Self.quoted(clientCA.path));
+                                ssl_verify_client on;
+                        """
+                }
+            }
             let text = """
                 daemon off;
                 master_process off;
@@ -93,7 +148,7 @@ final class NginxPeer: Sendable {
                 events { worker_connections 256; }
                 http {
                     log_format resumable escape=json '{"status":$status,"uri":"$uri","range":"$http_range",'
-                        '"ifRange":"$http_if_range","sent":$body_bytes_sent}';
+                        '"ifRange":"$http_if_range","sent":$body_bytes_sent,"protocol":"$server_protocol"}';
                     access_log \(Self.quoted(accessLog.path)) resumable;
                     \(temporaryPaths.joined(separator: "\n    "))
                     default_type application/octet-stream;
@@ -102,6 +157,7 @@ final class NginxPeer: Sendable {
                     \(httpDirectives)
                     server {
                         listen 127.0.0.1:\(port);
+                        \(tlsDirectives)
                         server_name localhost;
                         root \(Self.quoted(root.path));
                         \(serverDirectives)
@@ -116,10 +172,22 @@ final class NginxPeer: Sendable {
         self.directory = directory
         self.documentRoot = root
         self.accessLogURL = accessLog
+        self.tlsPort = tlsPort
     }
 
-    /// The URL of `path` on this instance.
+    /// The URL of `path` on this instance: `https` on ``tlsPort`` when it has one, else `http` on ``port``.
     func url(_ path: String) -> URL {
+        url(path, host: "127.0.0.1")
+    }
+
+    /// The URL of `path` on this instance under another name for loopback (`localhost`, `[::1]`).
+    func url(_ path: String, host: String) -> URL {
+        if let tlsPort { return URL(string: "https://\(host):\(tlsPort)\(path)")! }
+        return URL(string: "http://\(host):\(port)\(path)")!
+    }
+
+    /// The plain `http` URL of `path` on ``port``, also when the instance speaks TLS on ``tlsPort``.
+    func plainURL(_ path: String) -> URL {
         URL(string: "http://127.0.0.1:\(port)\(path)")!
     }
 
@@ -137,6 +205,14 @@ final class NginxPeer: Sendable {
         return text.split(separator: "\n").compactMap { line in
             try? JSONDecoder().decode(AccessLogEntry.self, from: Data(line.utf8))
         }.filter { !$0.uri.hasPrefix("/.peer-probe-") }
+    }
+
+    /// The protocol of every request for `uri` logged so far, in the order nginx finished them.
+    func protocolLog(for uri: String) -> [ProtocolLogEntry] {
+        guard let text = try? String(contentsOf: accessLogURL, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            try? JSONDecoder().decode(ProtocolLogEntry.self, from: Data(line.utf8))
+        }.filter { $0.uri == uri }
     }
 
     /// The requests for `uri` logged so far, after waiting (up to ``Waiting/deadline``) until `condition` holds

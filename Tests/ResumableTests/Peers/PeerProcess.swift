@@ -80,12 +80,15 @@ final class PeerProcess: Sendable {
     ///   - arguments: The arguments for a port; may write configuration that names the port.
     ///   - output: Where the process's standard output and error go.
     ///   - logs: Further logs to quote when the process does not start (`output` is always quoted).
+    ///   - probe: Tells whether the process on a port is ready, for a peer that serves no files (a proxy); blocking,
+    ///     it runs on a thread of its own. `nil`: the probe file in `documentRoot`.
     static func launch(
         name: String,
         executable: URL,
         documentRoot: URL,
         output: URL,
         logs: [URL] = [],
+        probe: (@Sendable (UInt16) -> Bool)? = nil,
         arguments: (UInt16) throws -> [String]
     ) async throws -> PeerProcess {
         let attempts = 5
@@ -106,7 +109,7 @@ final class PeerProcess: Sendable {
                 try runWithoutBlockedSignals(process)
             }
             let peer = PeerProcess(name: name, port: port, process: process, logs: [output] + logs)
-            if try await peer.waitUntilReady(documentRoot: documentRoot) { return peer }
+            if try await peer.waitUntilReady(documentRoot: documentRoot, probe: probe) { return peer }
             let diagnostics = peer.diagnostics()
             if attempt < attempts, diagnostics.localizedCaseInsensitiveContains("address already in use") {
                 continue
@@ -177,19 +180,22 @@ final class PeerProcess: Sendable {
     }
 
     /// Polls until the process serves a probe file with a random body (so it is this process that answers,
-    /// not another that took the port); `false` when the process exited first.
-    private func waitUntilReady(documentRoot: URL) async throws -> Bool {
+    /// not another that took the port), or until `custom` says it is ready; `false` when the process exited first.
+    private func waitUntilReady(documentRoot: URL, probe custom: (@Sendable (UInt16) -> Bool)?) async throws -> Bool {
         let nonce = UUID().uuidString
         let probe = documentRoot.appendingPathComponent(".peer-probe-\(nonce)")
-        try Data(nonce.utf8).write(to: probe)
-        defer { try? FileManager.default.removeItem(at: probe) }
+        if custom == nil { try Data(nonce.utf8).write(to: probe) }
+        defer { if custom == nil { try? FileManager.default.removeItem(at: probe) } }
         let deadline = ContinuousClock.now + Waiting.deadline
         let (path, port) = ("/" + probe.lastPathComponent, self.port)
         while true {
             let lastTry = ContinuousClock.now >= deadline
             if !process.isRunning { return false }
             // A blocking request (with timeouts of its own): on a thread of its own.
-            if try await onOwnThread({ Self.get(path: path, port: port) }) == Data(nonce.utf8) { return true }
+            let ready = try await onOwnThread {
+                custom.map { $0(port) } ?? (Self.get(path: path, port: port) == Data(nonce.utf8))
+            }
+            if ready { return true }
             if lastTry { break }
             try await Task.sleep(for: .milliseconds(20))
         }

@@ -98,7 +98,9 @@ struct CurlTransportTests {
     @Test("Cancelling stops a fast transfer within one buffer")
     func cancelWhileDataPours() async throws {
         let server = try LoopbackServer()
-        server.register(.generated(length: 4_000_000_000, seed: 5), at: "/huge")
+        // A body no test run can finish (1 TB): the transfer must end by cancellation even when a loaded machine
+        // lets it pour for a long time before `ready` sees 10 MB.
+        server.register(.generated(length: 1_000_000_000_000, seed: 5), at: "/huge")
         let consumer = RecordingConsumer()
         let (elapsed, error) = try await Self.cancellationDelay(
             of: Self.request(server.url(for: "/huge")), consumer: consumer
@@ -273,7 +275,7 @@ struct CurlTransportTests {
         arguments: [
             ("refused", ResumableError.Code.network),
             ("reset", .network),
-            ("cut", .network),
+            ("cut", .incompleteBody),
             ("nothing", .network),
             ("not HTTP", .protocolViolation),
             ("bad status", .protocolViolation),
@@ -359,16 +361,6 @@ struct CurlTransportTests {
             }
             #expect(error.message.contains("curl_version is missing"), "\(error)")
         #endif
-    }
-
-    @Test("Loopback hosts are recognised so they never go through an environment proxy")
-    func loopbackHosts() {
-        for host in ["127.0.0.1", "127.1.2.3", "localhost", "LOCALHOST", "a.localhost", "[::1]"] {
-            #expect(CurlTransport.isLoopback(URL(string: "http://\(host):8080/x")!), "\(host)")
-        }
-        for host in ["128.0.0.1", "example.com", "localhost.example.com", "[::2]", "10.0.0.1"] {
-            #expect(!CurlTransport.isLoopback(URL(string: "http://\(host):8080/x")!), "\(host)")
-        }
     }
 
     @Test("Header lines become a head: folded lines joined, values trimmed, Latin-1 kept, garbage refused")

@@ -1,0 +1,1 @@
+../../ResumableTests/Peers/PeerProcess.swift

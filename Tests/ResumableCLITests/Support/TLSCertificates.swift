@@ -1,0 +1,1 @@
+../../ResumableTests/Peers/TLSCertificates.swift

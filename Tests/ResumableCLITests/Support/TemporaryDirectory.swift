@@ -1,0 +1,1 @@
+../../ResumableTests/Support/TemporaryDirectory.swift
