@@ -24,6 +24,9 @@ enum ExitCode: Int32, Sendable {
         switch error.code {
         case .invalidToken, .newerTokenVersion, .tokenGone, .destinationRequired:
             return .dataError
+        case .paused:
+            // Only an interrupt pauses a CLI download; the signal's own status is chosen by `forSignal`.
+            return .interrupted
         case .tokenInUse, .diskFull:
             // A full disk is temporary too: free space, then `resumable resume`.
             return .temporaryFailure
