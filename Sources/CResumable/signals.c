@@ -22,7 +22,17 @@ static void forward_signal(int number) {
 }
 
 int cresumable_signals_install(const int *numbers, int count) {
-    if (signal_pipe[0] < 0 && pipe2(signal_pipe, O_CLOEXEC) != 0) return errno;
+    if (signal_pipe[0] < 0) {
+#if defined(__linux__)
+        if (pipe2(signal_pipe, O_CLOEXEC) != 0) return errno;
+#else
+        // No pipe2 on Darwin: pipe, then close-on-exec on each end (the tool starts no process in between).
+        if (pipe(signal_pipe) != 0) return errno;
+        if (fcntl(signal_pipe[0], F_SETFD, FD_CLOEXEC) != 0 || fcntl(signal_pipe[1], F_SETFD, FD_CLOEXEC) != 0) {
+            return errno;
+        }
+#endif
+    }
     struct sigaction action;
     memset(&action, 0, sizeof action);
     action.sa_handler = forward_signal;

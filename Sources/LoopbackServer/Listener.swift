@@ -29,6 +29,11 @@ struct Listener: Sendable {
             throw LoopbackServerError("socket() failed: \(SocketIO.errorDescription())")
         }
         SocketIO.setOption(descriptor, level: SOL_SOCKET, name: SO_REUSEADDR, value: 1)
+        #if canImport(Darwin)
+            // Darwin has no MSG_NOSIGNAL (SocketIO.noSignal is 0 there): a write to a connection the client closed
+            // would raise SIGPIPE and end the process. Ignored process-wide, for the tests and `resumable serve`.
+            signal(SIGPIPE, SIG_IGN)
+        #endif
         let bindResult: Int32
         if family == AF_INET {
             ipv4.sin_family = sa_family_t(AF_INET)

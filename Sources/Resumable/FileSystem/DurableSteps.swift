@@ -41,7 +41,11 @@ package enum DurableSteps {
             let number = counter.add(1, ordering: .sequentiallyConsistent).newValue
             if let log = configuration.log {
                 let line = Array("\(number) \(kind.rawValue) \(path)\n".utf8)
-                _ = line.withUnsafeBytes { Glibc.write(log, $0.baseAddress, $0.count) }
+                #if canImport(Glibc)
+                    _ = line.withUnsafeBytes { Glibc.write(log, $0.baseAddress, $0.count) }
+                #else
+                    _ = line.withUnsafeBytes { Darwin.write(log, $0.baseAddress, $0.count) }
+                #endif
             }
             if number == configuration.crashAfter { _exit(137) }
         #endif

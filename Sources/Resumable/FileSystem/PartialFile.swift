@@ -144,9 +144,15 @@ final class PartialFile: Sendable {
     }
 
     /// Flushes written data to stable storage.
+    ///
+    /// `fdatasync` on Linux. On Darwin `fsync` only hands the data to the drive, whose cache may still lose it:
+    /// `F_FULLFSYNC` asks the drive to flush too, and where a file system does not support it, `fsync` is the best
+    /// there is.
     func synchronize() throws(ResumableError) {
         #if canImport(Glibc)
             let result = fdatasync(descriptor)
+        #elseif canImport(Darwin)
+            let result = fcntl(descriptor, F_FULLFSYNC) == 0 ? 0 : fsync(descriptor)
         #else
             let result = fsync(descriptor)
         #endif
@@ -175,7 +181,8 @@ final class PartialFile: Sendable {
     /// Moves the finished file to `destination`, atomically, never leaving a partial file there.
     ///
     /// With `replacing` an existing file is replaced; otherwise a taken name fails with `EEXIST`, so the
-    /// caller can choose another. Without replacing, the move is one `renameat2(RENAME_NOREPLACE)`: there is
+    /// caller can choose another. Without replacing, the move is one `renameat2(RENAME_NOREPLACE)` (Darwin:
+    /// `renamex_np(RENAME_EXCL)`): there is
     /// no instant at which the file has two names (where that call is missing, `link` then `unlink`). Across
     /// file systems the data is copied to a sibling of the destination first, then moved the same way.
     func move(to destination: String, replacing: Bool) throws(ResumableError) {
@@ -198,7 +205,7 @@ final class PartialFile: Sendable {
     /// name).
     private static func rename(_ source: String, to destination: String, replacing: Bool) -> Int32 {
         if replacing {
-            guard Glibc.rename(source, destination) == 0 else { return errno }
+            guard Self.systemRename(source, destination) == 0 else { return errno }
             DurableSteps.record(.rename, destination)
             return 0
         }
@@ -219,9 +226,18 @@ final class PartialFile: Sendable {
         guard linkCode == EPERM || linkCode == ENOTSUP || linkCode == EOPNOTSUPP else { return linkCode }
         // File systems without hard links: check, then rename (not atomic, the best available).
         if access(destination, F_OK) == 0 { return EEXIST }
-        guard Glibc.rename(source, destination) == 0 else { return errno }
+        guard Self.systemRename(source, destination) == 0 else { return errno }
         DurableSteps.record(.rename, destination)
         return 0
+    }
+
+    /// rename(2), which replaces `destination`; 0 or -1 with `errno` set.
+    private static func systemRename(_ source: String, _ destination: String) -> Int32 {
+        #if canImport(Glibc)
+            Glibc.rename(source, destination)
+        #else
+            Darwin.rename(source, destination)
+        #endif
     }
 
     /// Copies the whole file into a new temporary sibling of `destination` and returns the copy's path.

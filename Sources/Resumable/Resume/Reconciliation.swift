@@ -69,7 +69,11 @@ package enum Reconciliation {
             let examination = try examine(token, destination: destination, temporaryDirectory: temporaryDirectory) {
                 (path) throws(ResumableError) -> (Void, Int64) in
                 // Opened as a resume opens it (for writing, which changes nothing), so permissions agree too.
-                let descriptor = Glibc.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+                #if canImport(Glibc)
+                    let descriptor = Glibc.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+                #else
+                    let descriptor = Darwin.open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+                #endif
                 guard descriptor >= 0 else { throw PartialFile.openError(path, errno: errno) }
                 defer { close(descriptor) }
                 var status = stat()

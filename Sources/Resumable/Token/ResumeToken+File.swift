@@ -130,7 +130,11 @@ enum AtomicFile {
             guard let base = buffer.baseAddress else { return }
             var written = 0
             while written < buffer.count {
-                let count = Glibc.write(descriptor, base.advanced(by: written), buffer.count - written)
+                #if canImport(Glibc)
+                    let count = Glibc.write(descriptor, base.advanced(by: written), buffer.count - written)
+                #else
+                    let count = Darwin.write(descriptor, base.advanced(by: written), buffer.count - written)
+                #endif
                 if count < 0 {
                     if errno == EINTR { continue }
                     failure = .fileSystem("writing", path: sibling, errno: errno)
