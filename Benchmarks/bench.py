@@ -5,10 +5,12 @@ Starts nginx on a free 127.0.0.1 port with a config it writes (or `resumable ser
 saying so), creates the test files, and runs `resumable get` and `curl -o` alternately into a tmpfs
 directory and onto the disk, after a warm-up. Prints medians and ratios against curl from the same run.
 Then measures the cost of checkpointing the token once a second, peak memory for several sizes and with
-an artificially slow writer (backpressure), and the pause -> resume round trip.
+an artificially slow writer (backpressure), peak memory of 8 downloads at once in one process on each
+transport, and the pause -> resume round trip.
 
     python3 Benchmarks/bench.py                   # 1 GiB, 5 pairs, plus 4 GiB memory runs
     python3 Benchmarks/bench.py --size 64M --pairs 1 --quick    # what CI runs: keeps the benchmark working
+    python3 Benchmarks/bench.py --only concurrent # only the 8-downloads-at-once memory runs (256 MiB each)
 
 Only loopback traffic. CPU time and peak RSS come from wait4()'s rusage of each child process.
 """
@@ -74,16 +76,23 @@ def run(command, **kwargs):
     return status, wall, cpu, rss, process.stdout
 
 
-def build(quick):
+def build(scratch):
+    """Release builds of `resumable` and TransportThroughput; `scratch` is a --scratch-path prefix or None."""
     print("Building release binaries …", flush=True)
-    subprocess.run(["swift", "build", "-c", "release", "--product", "resumable"], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run(["swift", "build", "-c", "release", "--package-path", "Benchmarks/TransportThroughput"],
-                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    bin_dir = subprocess.run(["swift", "build", "-c", "release", "--show-bin-path"], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout.strip()
-    tt_dir = subprocess.run(["swift", "build", "-c", "release", "--show-bin-path", "--package-path",
-                             "Benchmarks/TransportThroughput"], cwd=ROOT, check=True, capture_output=True,
+
+    def swift_build(*extra, scratch_suffix):
+        command = ["swift", "build", "-c", "release"] + list(extra)
+        if scratch:
+            command += ["--scratch-path", scratch + scratch_suffix]
+        return command
+
+    main = swift_build("--product", "resumable", scratch_suffix="")
+    bench = swift_build("--package-path", "Benchmarks/TransportThroughput", scratch_suffix="-throughput")
+    subprocess.run(main, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(bench, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    bin_dir = subprocess.run(main + ["--show-bin-path"], cwd=ROOT, check=True, capture_output=True,
+                             text=True).stdout.strip()
+    tt_dir = subprocess.run(bench + ["--show-bin-path"], cwd=ROOT, check=True, capture_output=True,
                             text=True).stdout.strip()
     return os.path.join(bin_dir, "resumable"), os.path.join(tt_dir, "TransportThroughput")
 
@@ -215,6 +224,21 @@ def library_runs(throughput, url, directory, variants, repeats):
     return {name: median_row(rows) for name, rows in results.items()}
 
 
+def concurrent_memory(throughput, url, directory, count, slow_rate):
+    """`count` downloads of `url` at once in one process (TransportThroughput --concurrent), on each transport,
+    with the writer at full speed and slowed to `slow_rate` bytes per second per download.
+
+    Returns {"<transport> <writer>": {"rssMiB", "wall", "cpu"}}.
+    """
+    variants = {}
+    for transport in ("libcurl", "urlSession"):
+        base = ["--transport", transport, "--concurrent", str(count)]
+        variants[f"{transport} full-speed writer"] = base
+        variants[f"{transport} slow writer"] = base + ["--slow-writer", str(slow_rate)]
+    results = library_runs(throughput, url, directory, variants, 0)
+    return {name: {"rssMiB": rss, "wall": wall, "cpu": cpu} for name, (wall, cpu, rss) in results.items()}
+
+
 def round_trip(resumable, url, directory):
     """Pause with SIGINT, then time a new process from start to its first byte appended."""
     os.makedirs(directory, exist_ok=True)
@@ -253,19 +277,31 @@ def main():
     parser.add_argument("--quick", action="store_true", help="skip the 4 GiB memory run (CI)")
     parser.add_argument("--disk-dir", default=os.path.join(ROOT, ".build", "bench-disk"))
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--concurrent", type=int, default=8,
+                        help="downloads at once for the concurrent memory runs (default 8)")
+    parser.add_argument("--only", choices=["concurrent"],
+                        help="run only this part: `concurrent`, the downloads-at-once memory runs")
+    parser.add_argument("--scratch-path", help="build into this --scratch-path (and PATH-throughput) instead of .build")
     args = parser.parse_args()
     size = parse_size(args.size)
+    only_concurrent = args.only == "concurrent"
 
-    resumable, throughput = build(args.quick)
+    resumable, throughput = build(args.scratch_path)
     files = tempfile.mkdtemp(prefix="resumable-bench-files-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None)
     tmpfs = tempfile.mkdtemp(prefix="resumable-bench-", dir="/dev/shm") if os.path.isdir("/dev/shm") else None
-    sizes = sorted({size, min(size, 256 << 20)} | (set() if args.quick else {4 << 30}))
+    sizes = sorted({size, min(size, 256 << 20)} | (set() if args.quick or only_concurrent else {4 << 30}))
+    if only_concurrent:
+        sizes = [min(size, 256 << 20)]
     print(f"Creating {', '.join(human(s) for s in sizes)} of random test data …", flush=True)
     for s in sizes:
         make_file(os.path.join(files, f"{s}.bin"), s)
     server = Server(files, resumable)
     report = {"machine": machine(), "server": server.kind, "size": size}
     try:
+        if only_concurrent:
+            print(f"Server: {server.kind} on 127.0.0.1:{server.port}")
+            report["concurrent"] = concurrent_section(throughput, server, args.disk_dir, sizes[0], args.concurrent)
+            return
         url = server.url(f"{size}.bin")
         print(f"Server: {server.kind} on 127.0.0.1:{server.port}; file {human(size)}; {args.pairs} pairs after a warm-up\n")
         rows = []
@@ -308,6 +344,7 @@ def main():
             memory[f"{name} slow writer"] = rss
             print(f"  {name:10} with a writer slowed to {human(slow_rate)}/s: {rss:6.1f} MiB  ({wall:.2f}s wall)")
         report["memoryMiB"] = memory
+        report["concurrent"] = concurrent_section(throughput, server, args.disk_dir, slow_size, args.concurrent)
 
         print("\nPause -> resume round trip (a file served at 16 MiB/s):")
         pause_ms, first_byte_ms, offset = round_trip(resumable, server.url(f"{size}.bin", slow=True), args.disk_dir)
@@ -321,10 +358,21 @@ def main():
         if tmpfs:
             shutil.rmtree(tmpfs, ignore_errors=True)
         shutil.rmtree(args.disk_dir, ignore_errors=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=2)
     print("\nbenchmark finished")
+
+
+def concurrent_section(throughput, server, directory, size, count):
+    """Prints and returns the peak RSS of `count` downloads of a `size` file at once, per transport."""
+    slow_rate = max(size // 4, 1 << 20)  # about four seconds per download
+    print(f"\nPeak RSS of {count} downloads at once, {human(size)} each, in one process (library, onto the disk; "
+          f"slow writer: {human(slow_rate)}/s per download):")
+    result = concurrent_memory(throughput, server.url(f"{size}.bin"), directory, count, slow_rate)
+    for name, row in result.items():
+        print(f"  {name:30} {row['rssMiB']:6.1f} MiB  ({row['wall']:.2f}s wall, {row['cpu']:.2f}s cpu)")
+    return {"downloads": count, "size": size, "slowWriterBytesPerSecond": slow_rate, "results": result}
 
 
 def machine():

@@ -2,9 +2,11 @@
 // CPU time and peak RSS are measured by the caller (Benchmarks/bench.py, from wait4's rusage).
 //
 //     TransportThroughput URL DIRECTORY [--transport libcurl|urlSession|automatic]
-//                         [--checkpoint-ms N] [--slow-writer BYTES_PER_SECOND]
+//                         [--checkpoint-ms N] [--slow-writer BYTES_PER_SECOND] [--concurrent N]
 //
-// The file goes into DIRECTORY and is deleted afterwards; with --checkpoint-ms a token is checkpointed to
+// The file goes into DIRECTORY and is deleted afterwards; with --concurrent N the URL is downloaded N times at
+// once, in one process, into DIRECTORY/concurrent-I.bin (bytes is then the sum; wall ends with the last one).
+// With --checkpoint-ms a token is checkpointed to
 // DIRECTORY/bench.token.json every N ms, as `resumable get` does every second. --slow-writer sets the
 // library's benchmark-only environment variable RESUMABLE_BENCHMARK_WRITER_BYTES_PER_SECOND, which makes the
 // transport's thread sleep after each write, as a slow disk would.
@@ -20,7 +22,8 @@ var arguments = Array(CommandLine.arguments.dropFirst())
 let transportName = option("--transport", in: &arguments) ?? "automatic"
 let checkpointMilliseconds = option("--checkpoint-ms", in: &arguments).flatMap(Int.init)
 let slowWriter = option("--slow-writer", in: &arguments).flatMap(Int.init)
-guard arguments.count == 2, let url = URL(string: arguments[0]) else {
+let concurrent = option("--concurrent", in: &arguments).flatMap(Int.init)
+guard arguments.count == 2, let url = URL(string: arguments[0]), (concurrent ?? 1) >= 1 else {
     FileHandle.standardError.write(Data("usage: TransportThroughput URL DIRECTORY [options]\n".utf8))
     exit(2)
 }
@@ -46,12 +49,32 @@ if let checkpointMilliseconds {
 let clock = ContinuousClock()
 let start = clock.now
 do {
-    let result = try await DownloadTask(url: url, destination: .directory(directory), configuration: configuration)
-        .value
+    var transport = ""
+    var bytes: Int64 = 0
+    if let concurrent {
+        let tasks = try (0..<concurrent).map { index in
+            try DownloadTask(
+                url: url,
+                destination: .file(directory.appendingPathComponent("concurrent-\(index).bin")),
+                configuration: configuration
+            )
+        }
+        for task in tasks {
+            let result = try await task.value
+            transport = "\(result.transport)"
+            bytes += result.bytesOnDisk
+            try? FileManager.default.removeItem(at: result.fileURL)
+        }
+    } else {
+        let result = try await DownloadTask(url: url, destination: .directory(directory), configuration: configuration)
+            .value
+        transport = "\(result.transport)"
+        bytes = result.bytesOnDisk
+        try? FileManager.default.removeItem(at: result.fileURL)
+    }
     let wall = clock.now - start
-    try? FileManager.default.removeItem(at: result.fileURL)
     let seconds = Double(wall.components.seconds) + Double(wall.components.attoseconds) / 1e18
-    print("{\"transport\":\"\(result.transport)\",\"bytes\":\(result.bytesOnDisk),\"wall\":\(seconds)}")
+    print("{\"transport\":\"\(transport)\",\"bytes\":\(bytes),\"downloads\":\(concurrent ?? 1),\"wall\":\(seconds)}")
 } catch {
     FileHandle.standardError.write(Data("download failed: \(error)\n".utf8))
     exit(1)
