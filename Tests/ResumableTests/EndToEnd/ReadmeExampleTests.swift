@@ -43,6 +43,23 @@ func readmeDownloadAll(_ urls: [URL], into downloads: URL) async -> [URL: Result
     }
 }
 
+/// README, "Configuration", as written.
+func readmeConfiguration(tokenFile: URL, caFile: URL) -> DownloadTask.Configuration {
+    var configuration = DownloadTask.Configuration.default
+    configuration.headers = ["Authorization": "Bearer …"]  // never stored in a token, never sent cross-origin
+    configuration.sensitiveHeaderNames = ["X-Tenant"]  // more names to treat so (X-Api-Key etc. already are)
+    configuration.checkpointing = .file(tokenFile, interval: .seconds(1))  // kept true: removed when nothing is left
+    configuration.expectedSHA256 = "9f86d08…"  // checked at once, kept in the token, verified on resume
+    configuration.connectTimeout = .seconds(10)  // TCP + TLS + proxy tunnel; transient, retried
+    configuration.idleTimeout = .seconds(60)  // a stalled transfer; transient, retried
+    configuration.deadline = .seconds(3600)  // the whole task; ends with a token, not retried
+    configuration.tls = .init(trust: .pemFile(caFile))  // a private CA; client certificates and pinning too
+    configuration.proxy = .url(
+        URL(string: "http://proxy.corp:3128")!,
+        credentials: .init(user: "me", password: "…"))  // default: the environment, as curl
+    return configuration
+}
+
 @Suite("README examples")
 struct ReadmeExampleTests {
     @Test("Cancelling the README's download Task pauses it into a token file that resumes")
@@ -61,6 +78,24 @@ struct ReadmeExampleTests {
         gate.open()
         let result = try await DownloadTask.resume(from: token).value
         #expect(try fixture.contents(of: result.fileURL) == content)
+    }
+
+    @Test("The README's configuration is refused at once for its placeholder digest, naming it")
+    func configuration() throws {
+        let fixture = try DownloadFixture()
+        let configuration = readmeConfiguration(
+            tokenFile: fixture.directory.url.appendingPathComponent("t.token"),
+            caFile: fixture.directory.url.appendingPathComponent("ca.pem"))
+        #expect(configuration.deadline == .seconds(3600))
+        do {
+            _ = try DownloadTask(
+                url: fixture.server.url(for: "/file.bin"), destination: .directory(fixture.directory.url),
+                configuration: configuration)
+            Issue.record("a placeholder digest and a missing CA file must be refused")
+        } catch {
+            #expect(error.code == .invalidRequest)
+        }
+        #expect(fixture.server.requests(for: "/file.bin").isEmpty)
     }
 
     @Test("The README's task group returns each file or its typed error")
