@@ -19,8 +19,8 @@ struct CLIHostileInputFuzzTests {
     }
 
     @Test("ByteFormat: any Int64, Double or Duration formats without trapping, within its documented range")
-    func byteFormat() {
-        FuzzCampaign(target: "cli.byteFormat", cases: Self.cases(share: 0.5)).run { values, fuzzCase in
+    func byteFormat() async {
+        await FuzzCampaign(target: "cli.byteFormat", cases: Self.cases(share: 0.5)).run { values, fuzzCase in
             let done = values.int64()
             let total = values.int64()
             let percent = ByteFormat.percent(done, of: total)
@@ -78,8 +78,8 @@ struct CLIHostileInputFuzzTests {
     }
 
     @Test("Options: --timeout, --retries, --sha256, --header, --transport give a value or a UsageError")
-    func options() {
-        FuzzCampaign(target: "cli.options", cases: Self.cases(share: 0.3)).run { values, fuzzCase in
+    func options() async {
+        await FuzzCampaign(target: "cli.options", cases: Self.cases(share: 0.3)).run { values, fuzzCase in
             var parsed = ParsedArguments()
             let timeout = values.chance(0.7) ? values.numberText() : values.string()
             let retries = values.chance(0.7) ? values.numberText() : values.string()
@@ -122,12 +122,12 @@ struct CLIHostileInputFuzzTests {
     }
 
     @Test("Command lines: any argument vector for get parses to a command or a UsageError")
-    func commandLines() {
+    func commandLines() async {
         let words = [
             "--timeout", "--timeout=", "--retries", "--retries=", "-H", "--header", "--sha256", "--transport",
             "--output", "-o", "--token", "--", "-", "--json", "-q", "--quiet", "--overwrite", "--bogus", "-x", "",
         ]
-        FuzzCampaign(target: "cli.commandLines", cases: Self.cases(share: 0.1)).run { values, fuzzCase in
+        await FuzzCampaign(target: "cli.commandLines", cases: Self.cases(share: 0.1)).run { values, fuzzCase in
             var arguments: [String] = []
             for _ in 0..<values.below(8) {
                 switch values.below(5) {
@@ -155,8 +155,8 @@ struct CLIHostileInputFuzzTests {
     }
 
     @Test("JSON events and progress lines for any delay, rate and attempt")
-    func events() {
-        FuzzCampaign(target: "cli.events", cases: Self.cases(share: 0.1)).run { values, fuzzCase in
+    func events() async {
+        await FuzzCampaign(target: "cli.events", cases: Self.cases(share: 0.1)).run { values, fuzzCase in
             let length = values.nonNegativeInt64()
             let progress = DownloadProgress(
                 bytesOnDisk: values.chance(0.5) ? min(values.nonNegativeInt64(), length) : values.nonNegativeInt64(),

@@ -121,6 +121,16 @@ extension DownloadTask {
             if let invalidReason {
                 throw ResumableError(.proxy, "the proxy URL cannot be used: \(invalidReason)")
             }
+            // libcurl takes C strings: a NUL would silently cut a host or credential short, and reach another one.
+            if case .server(let server) = kind,
+                server.host.contains("\0")
+                    || server.credentials.map({ "\($0.user)\($0.password)".contains("\0") }) == true
+            {
+                throw ResumableError(.proxy, "the proxy's host or credentials contain a NUL character")
+            }
+            if noProxy?.contains("\0") == true {
+                throw ResumableError(.proxy, "the proxy bypass list contains a NUL character")
+            }
         }
 
         /// A user name and password for a proxy. Its ``description`` and its reflection never show them.

@@ -303,6 +303,12 @@ enum TLSFiles {
         guard !isDirectory.boolValue else {
             throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) is a directory, not a file")
         }
+        // Only a regular file (a symbolic link to one is fine): OpenSSL would block for good opening a FIFO, and
+        // read a device such as /dev/zero without end.
+        var status = stat()
+        guard stat(path, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else {
+            throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) is not a regular file")
+        }
         guard FileManager.default.isReadableFile(atPath: path) else {
             throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) cannot be read")
         }

@@ -85,7 +85,30 @@ final class DownloadEngine: Sendable {
     /// On failure the temporary file is flushed and kept, and the error carries a token, when there is
     /// something to resume; otherwise the temporary file is removed.
     func run() async -> Result<DownloadResult, ResumableError> {
-        var result = await loopUntilDeadline()
+        let result = await loopUntilDeadline()
+        // Flushing, the last checkpoints and waiting for the writeback block on the disk: not on the pool.
+        let concluded = await Self.offThePool { self.conclude(result) }
+        events.finish()
+        return concluded
+    }
+
+    /// Runs `work`, which may block on the disk (fdatasync, a checkpoint handler, hashing a file), on a thread of
+    /// its own, so that no thread of Swift's cooperative pool (two on a two-core machine) waits for the disk: an
+    /// application's other tasks go on meanwhile. Not a global dispatch queue: on Linux its width is the number of
+    /// cores, and a caller's blocked callbacks there could leave no thread for the work, which waits on the
+    /// download's own serial queues. A task makes at most a few such threads (a restart, finishing, ending).
+    static func offThePool<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            let thread = Thread { continuation.resume(returning: work()) }
+            thread.name = "Resumable.disk"
+            thread.start()
+        }
+    }
+
+    /// Ends the task: keeps or removes the temporary file, brings the token on disk up to date, and releases the
+    /// file. Blocks on the disk.
+    private func conclude(_ result: Result<DownloadResult, ResumableError>) -> Result<DownloadResult, ResumableError> {
+        var result = result
         let file = state.withLock { $0.file }
         switch result {
         case .success(let downloaded):
@@ -121,7 +144,6 @@ final class DownloadEngine: Sendable {
         if case .success = result { configuration.checkpointing?.finished?(file.path) }
         // Another task or process may take the file over from here on.
         file.release()
-        events.finish()
         return result
     }
 
@@ -167,7 +189,9 @@ final class DownloadEngine: Sendable {
             }
             do throws(ResumableError) {
                 if let reason = plan.newFile {
-                    try switchFile(reason, restoring: before)
+                    try await Self.offThePool {
+                        Result { () throws(ResumableError) in try self.switchFile(reason, restoring: before) }
+                    }.get()
                 } else {
                     // Bytes beyond the offset are not trusted: cut them off before asking for the rest.
                     try state.withLock { $0.file }.truncate(to: plan.request.offset)
@@ -193,7 +217,7 @@ final class DownloadEngine: Sendable {
             }
             switch outcome {
             case .finished:
-                return finish()
+                return await Self.offThePool { self.finish() }
             case .requestAgain:
                 continue
             case .fail(let error):

@@ -169,6 +169,10 @@ struct TransportFailure: Sendable, Equatable {
             return context.viaProxy || namesOtherHost(detail, context.host) ? .proxyUnreachable : .connection
         case CurlCode.sendError, CurlCode.recvError:
             return isTLSRefusal(detail) ? .tls : .connection
+        case CurlCode.sslConnectError where isSocketFailureDuringHandshake(detail):
+            // "Recv failure: Connection reset by peer" while the handshake ran: the socket failed (a restarting
+            // server, a load balancer shedding connections), not the TLS negotiation. Transient, as without TLS.
+            return .connection
         case CurlCode.badFunctionArgument, CurlCode.unknownOption, CurlCode.failedInit:
             return .transportFault
         default:
@@ -184,6 +188,16 @@ struct TransportFailure: Sendable, Equatable {
     static func isTLSRefusal(_ detail: String) -> Bool {
         detail.contains("SSL routines") || detail.contains("alert certificate") || detail.contains("alert bad")
             || detail.contains("alert handshake failure") || detail.contains("alert unknown ca")
+    }
+
+    /// Whether a failed handshake (curl 35) is the socket failing rather than TLS refusing: a reset, a send or
+    /// receive failure or an unexpected end, without an OpenSSL reason or alert.
+    static func isSocketFailureDuringHandshake(_ detail: String) -> Bool {
+        guard !isTLSRefusal(detail) else { return false }
+        return [
+            "Recv failure", "Send failure", "Connection reset", "SSL_ERROR_SYSCALL", "unexpected eof", "Broken pipe",
+        ]
+        .contains { detail.contains($0) }
     }
 
     /// Whether curl's "Failed to connect to <host> port …" names a host other than the request's: then the
@@ -308,6 +322,8 @@ struct TransportFailure: Sendable, Equatable {
         {
             // …but not a socket that failed under TLS: "OpenSSL SSL_read: SSL_ERROR_SYSCALL, errno 104".
             if text.contains("SSL_read") || text.contains("SSL_write"), !isTLSRefusal(text) { return .connection }
+            // …nor one that failed during the handshake (a reset, an unexpected end): as curl's code 35 is read.
+            if text.contains("SSL_connect"), isSocketFailureDuringHandshake(text) { return .connection }
             return .tls
         }
         if text.contains("bytes remaining to read") || text.contains("outstanding read data remaining")

@@ -73,8 +73,8 @@ struct HostileInputFuzzTests {
     // MARK: - Headers
 
     @Test("Content-Range: a value or nil; satisfied means 0 <= first <= last < Int64.max and complete > last")
-    func contentRange() {
-        FuzzCampaign(target: "contentRange", cases: FuzzSettings.cases(share: 0.28)).run { values, fuzzCase in
+    func contentRange() async {
+        await FuzzCampaign(target: "contentRange", cases: FuzzSettings.cases(share: 0.28)).run { values, fuzzCase in
             let input = values.headerValue(seeds: Self.contentRangeSeeds) { $0.contentRange() }
             guard let parsed = ContentRange(input) else { return }
             switch parsed.value {
@@ -102,8 +102,9 @@ struct HostileInputFuzzTests {
     }
 
     @Test("Content-Disposition: a value or nil; the chosen file name is always safe")
-    func contentDisposition() {
-        FuzzCampaign(target: "contentDisposition", cases: FuzzSettings.cases(share: 0.08)).run { values, fuzzCase in
+    func contentDisposition() async {
+        await FuzzCampaign(target: "contentDisposition", cases: FuzzSettings.cases(share: 0.08)).run {
+            values, fuzzCase in
             let input = values.headerValue(seeds: Self.contentDispositionSeeds) { $0.contentDisposition() }
             if let parsed = ContentDisposition(input) {
                 fuzzCase.check(
@@ -123,8 +124,9 @@ struct HostileInputFuzzTests {
     }
 
     @Test("SuggestedFilename: sanitize is nil or a safe, idempotent name; available never hangs")
-    func suggestedFilename() {
-        FuzzCampaign(target: "suggestedFilename", cases: FuzzSettings.cases(share: 0.05)).run { values, fuzzCase in
+    func suggestedFilename() async {
+        await FuzzCampaign(target: "suggestedFilename", cases: FuzzSettings.cases(share: 0.05)).run {
+            values, fuzzCase in
             let input = values.headerValue(seeds: Self.filenameSeeds) { $0.fileName() }
             Self.checkSanitized(input, &fuzzCase)
             guard let name = SuggestedFilename.sanitize(input) else { return }
@@ -142,8 +144,8 @@ struct HostileInputFuzzTests {
     }
 
     @Test("ETag: a value or nil; a parsed tag round-trips and is quoted")
-    func entityTag() {
-        FuzzCampaign(target: "entityTag", cases: FuzzSettings.cases(share: 0.10)).run { values, fuzzCase in
+    func entityTag() async {
+        await FuzzCampaign(target: "entityTag", cases: FuzzSettings.cases(share: 0.10)).run { values, fuzzCase in
             let input = values.headerValue(seeds: Self.entityTagSeeds) { $0.entityTag() }
             guard let tag = EntityTag(input) else { return }
             fuzzCase.check(
@@ -155,8 +157,8 @@ struct HostileInputFuzzTests {
     }
 
     @Test("HTTP-date: a date or nil, for any `now`; format writes a date that parses back")
-    func httpDate() {
-        FuzzCampaign(target: "httpDate", cases: FuzzSettings.cases(share: 0.14)).run { values, fuzzCase in
+    func httpDate() async {
+        await FuzzCampaign(target: "httpDate", cases: FuzzSettings.cases(share: 0.14)).run { values, fuzzCase in
             let input = values.headerValue(seeds: Self.httpDateSeeds) { $0.httpDate() }
             let now = values.date()
             if let date = HTTPDate.parse(input, now: now) {
@@ -179,8 +181,8 @@ struct HostileInputFuzzTests {
     }
 
     @Test("Retry-After: a delay of zero or more, or nil, for any `now`")
-    func retryAfter() {
-        FuzzCampaign(target: "retryAfter", cases: FuzzSettings.cases(share: 0.10)).run { values, fuzzCase in
+    func retryAfter() async {
+        await FuzzCampaign(target: "retryAfter", cases: FuzzSettings.cases(share: 0.10)).run { values, fuzzCase in
             let input = values.headerValue(seeds: Self.retryAfterSeeds) { $0.retryAfter() }
             let now = values.date()
             guard let delay = RetryAfter.delay(input, now: now) else { return }
@@ -200,8 +202,8 @@ struct HostileInputFuzzTests {
     // MARK: - Syntax helpers, URLs, file names
 
     @Test("HTTP syntax helpers, header field syntax, URLs and temporary file names accept any input")
-    func syntaxHelpers() {
-        FuzzCampaign(target: "syntax", cases: FuzzSettings.cases(share: 0.05)).run { values, fuzzCase in
+    func syntaxHelpers() async {
+        await FuzzCampaign(target: "syntax", cases: FuzzSettings.cases(share: 0.05)).run { values, fuzzCase in
             let bytes =
                 values.chance(0.5)
                 ? values.mutateBytes(Array(values.digits().utf8)) : values.bytes(maximumCount: 48)
@@ -274,8 +276,8 @@ struct HostileInputFuzzTests {
     // MARK: - Resume tokens
 
     @Test("ResumeToken(jsonData:): a valid token or a ResumableError, for mutated tokens and junk")
-    func resumeToken() {
-        FuzzCampaign(target: "resumeToken", cases: FuzzSettings.cases(share: 0.10)).run { values, fuzzCase in
+    func resumeToken() async {
+        await FuzzCampaign(target: "resumeToken", cases: FuzzSettings.cases(share: 0.10)).run { values, fuzzCase in
             let data = values.jsonData(from: values.pick(Self.tokenSeeds), keys: Self.tokenKeys)
             let token: ResumeToken
             do throws(ResumableError) {
@@ -293,8 +295,8 @@ struct HostileInputFuzzTests {
     // MARK: - Durations
 
     @Test("Durations of any size: retry delays, curl and URLSession timeouts convert without trapping")
-    func durations() {
-        FuzzCampaign(target: "durations", cases: FuzzSettings.cases(share: 0.10)).run { values, fuzzCase in
+    func durations() async {
+        await FuzzCampaign(target: "durations", cases: FuzzSettings.cases(share: 0.10)).run { values, fuzzCase in
             let policy = DownloadTask.RetryPolicy(
                 maximumRetries: values.int(), initialDelay: values.duration(), maximumDelay: values.duration())
             let attempt = values.chance(0.7) ? values.below(200) : values.int()

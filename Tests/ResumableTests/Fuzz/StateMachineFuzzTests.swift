@@ -37,8 +37,8 @@ struct StateMachineFuzzTests {
     }
 
     @Test("Random heads and bodies: an action or a typed error, and a join only at the offset under the same ETag")
-    func randomExchanges() {
-        FuzzCampaign(target: "stateMachine", cases: FuzzSettings.cases(share: 0.1)).run { values, fuzzCase in
+    func randomExchanges() async {
+        await FuzzCampaign(target: "stateMachine", cases: FuzzSettings.cases(share: 0.1)).run { values, fuzzCase in
             let offset = values.chance(0.2) ? Int64.max - Int64(values.below(3)) : values.nonNegativeInt64() % 1_000_000
             let extra = Int64(values.below(1000))
             let length: Int64? = values.chance(0.3) ? nil : (offset > Int64.max - extra ? Int64.max : offset + extra)

@@ -145,35 +145,62 @@ struct FuzzCampaign {
     }
 
     /// Runs `body` once per case and records at most 20 issues; returns the number of failed cases.
+    ///
+    /// The cases run on a thread of their own, not on the cooperative pool: a campaign is seconds of CPU, and on a
+    /// two-core machine two campaigns on the pool's two threads would starve every other test of the parallel run
+    /// (CI once saw unrelated one-millisecond tests exceed a one-minute time limit). Issues are recorded afterwards,
+    /// on the test's own task, where Swift Testing attributes them.
     @discardableResult
-    func run(_ body: (inout HostileValues, inout FuzzCase) throws -> Void) rethrows -> Int {
+    func run(_ body: @escaping @Sendable (inout HostileValues, inout FuzzCase) -> Void) async -> Int {
         let seedText = FuzzSettings.hex(seed)
         let indices = FuzzSettings.onlyCase.map { $0..<($0 + 1) } ?? 0..<cases
         print("fuzz \(target): \(indices.count) cases, RESUMABLE_FUZZ_SEED=\(seedText)")
-        let start = ContinuousClock.now
-        let startCPU = Self.threadCPUSeconds()
-        var failedCases = 0
-        var recorded = 0
-        for index in indices {
-            var values = HostileValues(seed: seed, target: target, case: index)
-            var fuzzCase = FuzzCase(target: target, seed: seed, index: index)
-            if FuzzSettings.trace { FileHandle.standardError.write(Data((fuzzCase.label + "\n").utf8)) }
-            try body(&values, &fuzzCase)
-            guard !fuzzCase.failures.isEmpty else { continue }
-            failedCases += 1
-            for failure in fuzzCase.failures where recorded < 20 {
-                recorded += 1
-                Issue.record("\(fuzzCase.label): \(failure.message)", sourceLocation: failure.location)
+        let (target, seed) = (self.target, self.seed)
+        let outcome: Outcome = await withCheckedContinuation { continuation in
+            let thread = Thread {
+                let start = ContinuousClock.now
+                let startCPU = Self.threadCPUSeconds()
+                var outcome = Outcome()
+                for index in indices {
+                    var values = HostileValues(seed: seed, target: target, case: index)
+                    var fuzzCase = FuzzCase(target: target, seed: seed, index: index)
+                    if FuzzSettings.trace { FileHandle.standardError.write(Data((fuzzCase.label + "\n").utf8)) }
+                    body(&values, &fuzzCase)
+                    guard !fuzzCase.failures.isEmpty else { continue }
+                    outcome.failedCases += 1
+                    for failure in fuzzCase.failures where outcome.failures.count < 20 {
+                        outcome.failures.append((fuzzCase.label, failure.message, failure.location))
+                    }
+                }
+                outcome.wall = ContinuousClock.now - start
+                outcome.cpuSeconds = Self.threadCPUSeconds() - startCPU
+                continuation.resume(returning: outcome)
             }
+            thread.name = "fuzz \(target)"
+            thread.stackSize = 8 << 20
+            thread.start()
         }
-        if failedCases > 0 {
+        for failure in outcome.failures {
+            Issue.record("\(failure.label): \(failure.message)", sourceLocation: failure.location)
+        }
+        if outcome.failedCases > 0 {
             Issue.record(
-                "fuzz \(target) RESUMABLE_FUZZ_SEED=\(seedText): \(failedCases) of \(indices.count) cases failed")
+                "fuzz \(target) RESUMABLE_FUZZ_SEED=\(seedText): \(outcome.failedCases) of \(indices.count) cases failed"
+            )
         }
-        let wall = ContinuousClock.now - start
-        let cpu = String(format: "%.2f", Self.threadCPUSeconds() - startCPU)
-        print("fuzz \(target): \(indices.count) cases in \(wall) (\(cpu) s CPU), RESUMABLE_FUZZ_SEED=\(seedText)")
-        return failedCases
+        let cpu = String(format: "%.2f", outcome.cpuSeconds)
+        print(
+            "fuzz \(target): \(indices.count) cases in \(outcome.wall) (\(cpu) s CPU), RESUMABLE_FUZZ_SEED=\(seedText)")
+        return outcome.failedCases
+    }
+
+    /// What a campaign's thread hands back.
+    private struct Outcome: @unchecked Sendable {
+        // @unchecked: built on the campaign's thread and handed over once, through the continuation.
+        var failedCases = 0
+        var failures: [(label: String, message: String, location: SourceLocation)] = []
+        var wall: Duration = .zero
+        var cpuSeconds = 0.0
     }
 
     /// CPU time of the calling thread: wall time says little on a loaded machine.

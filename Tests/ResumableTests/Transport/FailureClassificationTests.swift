@@ -205,7 +205,11 @@ struct FailureClassificationTests {
                 code: .tls, transient: false, label: "Linux: wrong host name"),
             Row(
                 cause: session(U.unknown, "OpenSSL SSL_connect: Connection reset by peer in connection to x:443 "),
-                code: .tls, transient: false, label: "Linux: SSL_CONNECT_ERROR, as curl's code 35"),
+                code: .network, transient: true, label: "Linux: a reset during the handshake, as curl's code 35"),
+            Row(
+                cause: session(
+                    U.unknown, "OpenSSL SSL_connect: error:0A000410:SSL routines::sslv3 alert handshake failure"),
+                code: .tls, transient: false, label: "Linux: a handshake TLS refused, as curl's code 35"),
             Row(
                 cause: session(U.unknown, "OpenSSL SSL_read: SSL_ERROR_SYSCALL, errno 104"), code: .network,
                 transient: true, label: "Linux: reset under TLS"),
