@@ -57,18 +57,7 @@ struct NginxTLSTests {
         of url: URL, with configuration: DownloadTask.Configuration, in downloads: TemporaryDirectory
     ) async throws -> (ResumableError, retries: Int) {
         let task = try DownloadTask(url: url, destination: .directory(downloads.url), configuration: configuration)
-        let events = PeerDownloads.events(of: task)
-        let result = await task.result
-        let retries = await events.value.filter { event in
-            if case .retrying = event { return true }
-            return false
-        }.count
-        switch result {
-        case .success(let success):
-            throw PeerError(description: "the download succeeded although it should not have: \(success)")
-        case .failure(let error):
-            return (error, retries)
-        }
+        return try await PeerDownloads.failure(of: task)
     }
 
     // MARK: - Downloads

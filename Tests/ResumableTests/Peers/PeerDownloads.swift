@@ -107,6 +107,22 @@ enum PeerDownloads {
         }
     }
 
+    /// The error `task` failed with and how many retries it announced; throws when it succeeded.
+    static func failure(of task: DownloadTask) async throws -> (ResumableError, retries: Int) {
+        let events = events(of: task)
+        let result = await task.result
+        let retries = await events.value.filter { event in
+            if case .retrying = event { return true }
+            return false
+        }.count
+        switch result {
+        case .success(let success):
+            throw PeerError(description: "the download succeeded although it should not have: \(success)")
+        case .failure(let error):
+            return (error, retries)
+        }
+    }
+
     /// The reasons of the `.restarted` events among `events`.
     static func restarts(_ events: [DownloadEvent]) -> [String] {
         events.compactMap { event in

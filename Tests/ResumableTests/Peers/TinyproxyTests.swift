@@ -41,18 +41,7 @@ struct TinyproxyTests {
 
     /// The error `task` failed with and how many retries it announced.
     static func failure(of task: DownloadTask) async throws -> (ResumableError, retries: Int) {
-        let events = PeerDownloads.events(of: task)
-        let result = await task.result
-        let retries = await events.value.filter { event in
-            if case .retrying = event { return true }
-            return false
-        }.count
-        switch result {
-        case .success(let success):
-            throw PeerError(description: "the download succeeded although it should not have: \(success)")
-        case .failure(let error):
-            return (error, retries)
-        }
+        try await PeerDownloads.failure(of: task)
     }
 
     // MARK: - Plain HTTP
