@@ -177,6 +177,14 @@ struct ResumeStateMachine: Sendable {
             return receiveWhole(head, current)
         case 416:
             return .skipBody(receiveUnsatisfiable(head, current))
+        case 407:
+            // Only a proxy sends 407 (RFC 9110 §15.5.8): the proxy in the way wants credentials, whatever the server.
+            let error = ResumableError(
+                .proxy,
+                "the proxy requires authentication (407 Proxy Authentication Required); give it credentials",
+                httpStatus: 407
+            )
+            return .skipBody(.fail(error))
         case 408, 429, 500...599:
             let retryAfter = head.value("Retry-After").flatMap { RetryAfter.delay($0, now: Date()) }
             let error = ResumableError(

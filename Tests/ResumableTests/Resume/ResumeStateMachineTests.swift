@@ -382,6 +382,21 @@ struct ResumeStateMachineTests {
         #expect(!machine.ignoresEntityTagIfRange)
     }
 
+    @Test("A 407 is the proxy's refusal, whatever the server: .proxy, never retried, nothing written")
+    func proxyAuthenticationRequired() {
+        var machine = Self.interrupted()
+        _ = machine.nextRequest()
+        let decision = machine.receive(Self.head(407, ["Proxy-Authenticate": "Basic realm=\"corp\""]))
+        guard case .skipBody(.fail(let error)) = decision else {
+            Issue.record("expected a permanent failure, got \(decision)")
+            return
+        }
+        #expect(error.code == .proxy)
+        #expect(error.httpStatus == 407)
+        #expect(!error.isTransient)
+        #expect(machine.offset == 40)
+    }
+
     @Test("A body shorter than its Content-Length is retried, never complete")
     func shortWholeBody() throws {
         var machine = ResumeStateMachine(url: Self.url, headers: [], maximumRedirects: 10)
