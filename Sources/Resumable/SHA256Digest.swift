@@ -10,8 +10,7 @@ package enum SHA256Digest {
 
     /// Whether `text` is exactly 64 lowercase hexadecimal digits, the form tokens store.
     static func isLowercaseHex(_ text: String) -> Bool {
-        let utf8 = Array(text.utf8)
-        return utf8.count == 64 && utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+        normalized(text) == text
     }
 
     private static func isHexDigit(_ byte: UInt8) -> Bool {

@@ -129,9 +129,10 @@ final class DownloadEngine: Sendable {
                 try? checkpoints.record(candidate)
             }
             if token == nil && (discard || candidate == nil) {
-                file.remove()
-                // Nothing is left to resume: a token saved before must not outlive the file it names.
+                // Nothing is left to resume: a token saved before must not outlive the file it names. It goes first,
+                // so a crash in between leaves at most a file without a token, never a token without its bytes.
                 configuration.checkpointing?.abandoned?(file.path)
+                file.remove()
             }
             error.resumeToken = token
             state.withLock { $0.finalToken = token }

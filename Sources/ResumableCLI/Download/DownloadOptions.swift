@@ -101,10 +101,11 @@ struct DownloadOptions: Sendable {
         tls = try TLSOptions(parsed)
         proxy = try ProxyOptions(parsed)
         if let hex = parsed.value("sha256") {
-            guard hex.count == 64, hex.allSatisfy(\.isHexDigit) else {
+            // The library's rule (package access), so what passes here is what a task accepts.
+            guard let digest = SHA256Digest.normalized(hex) else {
                 throw UsageError("option '--sha256' needs 64 hexadecimal digits, not '\(hex)'")
             }
-            sha256 = hex.lowercased()
+            sha256 = digest
         }
         switch parsed.value("transport")?.lowercased() {
         case nil, "auto", "automatic": transport = .automatic
