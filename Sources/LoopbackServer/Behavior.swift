@@ -2,7 +2,8 @@
 ///
 /// The default value, ``normal``, is a correct RFC 9110 server. Each property switches on one deviation; they can
 /// be combined. A behavior comes from the resource itself or from a one-shot
-/// ``LoopbackServer/enqueue(behavior:for:)``.
+/// ``LoopbackServer/enqueue(behavior:for:)`` — or ``LoopbackServer/enqueue(behavior:for:whenRangeStartsAt:)``,
+/// which picks out the one request for a given segment among requests arriving in parallel.
 public struct Behavior: Sendable, Hashable {
     /// Always answer 200 with the whole body, ignoring `Range`.
     public var ignoreRange: Bool
@@ -36,6 +37,10 @@ public struct Behavior: Sendable, Hashable {
     /// Answer with this redirect instead of the content.
     public var redirect: Redirect?
     /// Pace the body at this many bytes per second (overrides the server-wide setting).
+    ///
+    /// The rate is per response, like nginx `limit_rate`: responses sent in parallel each get it, and the
+    /// schedule starts with the first body bytes and time held at a ``gate`` does not count (no burst follows a
+    /// hold).
     public var throttleBytesPerSecond: Int?
     /// Use `Transfer-Encoding: chunked` instead of `Content-Length`.
     public var chunked: Bool

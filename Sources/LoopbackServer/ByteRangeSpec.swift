@@ -27,6 +27,16 @@ enum ByteRangeSpec: Equatable {
         return specs.isEmpty ? nil : specs
     }
 
+    /// The first byte of a `Range` value holding exactly one `first-last` or `first-` range; `nil` for no value,
+    /// several ranges, a suffix range or an invalid value.
+    static func singleStart(of value: String?) -> Int64? {
+        guard let value, let specs = parse(value), specs.count == 1 else { return nil }
+        switch specs[0] {
+        case .closed(let first, _), .open(let first): return first
+        case .suffix: return nil
+        }
+    }
+
     /// The inclusive positions this spec selects in a representation of `length` bytes, or `nil` if unsatisfiable.
     func resolve(length: Int64) -> ClosedRange<Int64>? {
         guard length > 0 else { return nil }

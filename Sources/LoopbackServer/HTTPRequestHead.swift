@@ -31,6 +31,12 @@ struct HTTPRequestHead: Sendable {
         headers.firstValue(named: name)
     }
 
+    /// The first byte of the request's `Range` when it holds a single `bytes=first-last` or `bytes=first-` range;
+    /// `nil` for no, several, suffix or invalid ranges.
+    var singleRangeStart: Int64? {
+        ByteRangeSpec.singleStart(of: header("Range"))
+    }
+
     /// The request as recorded for tests.
     var recorded: RecordedRequest {
         let parts = Self.splitTarget(target)

@@ -6,6 +6,8 @@ extension LoopbackServer {
         /// The port to bind; 0 (the default) picks a random free port.
         public var port: UInt16
         /// Pace every response body at this many bytes per second unless a ``Behavior`` overrides it.
+        ///
+        /// The rate is per response, like nginx `limit_rate`: responses sent in parallel each get it.
         public var throttleBytesPerSecond: Int?
         /// Close each connection after sending this many body bytes unless a ``Behavior`` overrides it.
         public var dropAfterBytes: Int64?
@@ -17,6 +19,10 @@ extension LoopbackServer {
         /// or a request with `Connection: close` or a body. ``RecordedRequest/connection`` tells which requests
         /// shared a connection.
         public var keepAlive: Bool
+        /// The most requests served at once for each path whose resource sets no
+        /// ``Resource/concurrencyLimit`` (static files and unknown paths included; each path is counted on its
+        /// own); `nil` (the default) sets no limit. See ``ConcurrencyLimit``.
+        public var concurrencyLimit: ConcurrencyLimit?
 
         /// Creates a configuration.
         ///
@@ -26,18 +32,21 @@ extension LoopbackServer {
         ///   - throttleBytesPerSecond: Server-wide body pacing.
         ///   - dropAfterBytes: Server-wide body cut-off.
         ///   - keepAlive: Keep connections open between requests.
+        ///   - concurrencyLimit: The most requests served at once per path, none by default.
         public init(
             host: String = "127.0.0.1",
             port: UInt16 = 0,
             throttleBytesPerSecond: Int? = nil,
             dropAfterBytes: Int64? = nil,
-            keepAlive: Bool = false
+            keepAlive: Bool = false,
+            concurrencyLimit: ConcurrencyLimit? = nil
         ) {
             self.host = host
             self.port = port
             self.throttleBytesPerSecond = throttleBytesPerSecond
             self.dropAfterBytes = dropAfterBytes
             self.keepAlive = keepAlive
+            self.concurrencyLimit = concurrencyLimit
         }
     }
 }

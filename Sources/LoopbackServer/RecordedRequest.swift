@@ -19,6 +19,9 @@ public struct RecordedRequest: Sendable {
     /// order, so requests with the same number shared one connection (see
     /// ``LoopbackServer/Configuration/keepAlive``); 0 when made by hand without one.
     public internal(set) var connection: Int
+    /// Whether the request was turned away by a ``ConcurrencyLimit`` (answered with its status instead of being
+    /// served); `false` for requests made by hand.
+    public internal(set) var wasOverloaded: Bool = false
 
     /// Creates a recorded request.
     ///
@@ -54,6 +57,28 @@ public struct RecordedRequest: Sendable {
     /// - Returns: The first matching value, or `nil` when the header is absent.
     public func header(_ name: String) -> String? {
         headers.firstValue(named: name)
+    }
+
+    /// The `Range` header, e.g. `"bytes=0-1048575"`; `nil` when absent.
+    public var range: String? { header("Range") }
+
+    /// The `If-Range` header, e.g. an entity tag `"\"v1\""` or an HTTP date; `nil` when absent.
+    public var ifRange: String? { header("If-Range") }
+
+    /// The byte positions of the request's `Range` when it asks for exactly one `first-last` range, e.g.
+    /// `0...1048575` for `bytes=0-1048575`; `nil` for no `Range`, an open (`first-`) or suffix range, several
+    /// ranges or an invalid header. This is the form a segment request takes.
+    public var closedByteRange: ClosedRange<Int64>? {
+        guard let value = range, let specs = ByteRangeSpec.parse(value), specs.count == 1,
+            case .closed(let first, let last) = specs[0]
+        else { return nil }
+        return first...last
+    }
+
+    /// The first byte of the request's `Range` when it asks for exactly one `first-last` or `first-` range (the
+    /// key of ``LoopbackServer/enqueue(behavior:for:whenRangeStartsAt:)``); `nil` otherwise.
+    public var rangeStart: Int64? {
+        ByteRangeSpec.singleStart(of: range)
     }
 
     /// All values of the header called `name`, compared case-insensitively, in order.

@@ -1,7 +1,10 @@
 /// Content served by ``LoopbackServer`` at a path, with its validators and behavior.
 ///
 /// A resource is a value: registering it again replaces the old one, which is how tests simulate a changed file
-/// (new bytes, new ETag) between two requests.
+/// (new bytes, new ETag) between two requests. Each request takes the resource registered when its head is read
+/// and keeps it to the end: a response already under way goes on with the bytes, length and validators it began
+/// with (in-memory and generated bodies are immutable values; a file body is read through the descriptor opened
+/// for that response), while every later request gets the new version.
 public struct Resource: Sendable {
     /// A placeholder meaning "derive this validator automatically"; the default of the `etag` and `lastModified`
     /// parameters of the initializers. It is never stored: the initializer replaces it with the derived value.
@@ -25,6 +28,9 @@ public struct Resource: Sendable {
     public var extraHeaders: [HeaderField]
     /// How the server behaves when serving this resource.
     public var behavior: Behavior
+    /// The most requests for this resource's path served at once; further ones are turned away (see
+    /// ``ConcurrencyLimit``). `nil` (the default) falls back to ``LoopbackServer/Configuration/concurrencyLimit``.
+    public var concurrencyLimit: ConcurrencyLimit?
 
     /// Creates a resource.
     ///
@@ -38,6 +44,7 @@ public struct Resource: Sendable {
     ///   - acceptRanges: The Accept-Ranges value, `"bytes"` by default.
     ///   - extraHeaders: Further headers.
     ///   - behavior: The behavior, ``Behavior/normal`` by default.
+    ///   - concurrencyLimit: The most requests served at once, none by default.
     public init(
         body: Body,
         etag: String? = Resource.automatic,
@@ -47,7 +54,8 @@ public struct Resource: Sendable {
         contentDisposition: String? = nil,
         acceptRanges: String? = "bytes",
         extraHeaders: [HeaderField] = [],
-        behavior: Behavior = .normal
+        behavior: Behavior = .normal,
+        concurrencyLimit: ConcurrencyLimit? = nil
     ) {
         self.body = body
         // The derived ETag hashes the content (for bytes): compute it at most once.
@@ -60,6 +68,7 @@ public struct Resource: Sendable {
         self.acceptRanges = acceptRanges
         self.extraHeaders = extraHeaders
         self.behavior = behavior
+        self.concurrencyLimit = concurrencyLimit
     }
 
     /// A resource holding `bytes`.
@@ -74,6 +83,7 @@ public struct Resource: Sendable {
     ///   - acceptRanges: The Accept-Ranges value.
     ///   - extraHeaders: Further headers.
     ///   - behavior: The behavior.
+    ///   - concurrencyLimit: The most requests served at once, none by default.
     /// - Returns: The resource.
     public static func bytes(
         _ bytes: [UInt8],
@@ -84,12 +94,13 @@ public struct Resource: Sendable {
         contentDisposition: String? = nil,
         acceptRanges: String? = "bytes",
         extraHeaders: [HeaderField] = [],
-        behavior: Behavior = .normal
+        behavior: Behavior = .normal,
+        concurrencyLimit: ConcurrencyLimit? = nil
     ) -> Resource {
         Resource(
             body: .bytes(bytes), etag: etag, lastModified: lastModified, date: date, contentType: contentType,
             contentDisposition: contentDisposition, acceptRanges: acceptRanges, extraHeaders: extraHeaders,
-            behavior: behavior)
+            behavior: behavior, concurrencyLimit: concurrencyLimit)
     }
 
     /// A resource with deterministic generated content of `length` bytes (see ``Resource/generatedBytes(seed:range:)``).
@@ -105,6 +116,7 @@ public struct Resource: Sendable {
     ///   - acceptRanges: The Accept-Ranges value.
     ///   - extraHeaders: Further headers.
     ///   - behavior: The behavior.
+    ///   - concurrencyLimit: The most requests served at once, none by default.
     /// - Returns: The resource.
     public static func generated(
         length: Int64,
@@ -116,11 +128,12 @@ public struct Resource: Sendable {
         contentDisposition: String? = nil,
         acceptRanges: String? = "bytes",
         extraHeaders: [HeaderField] = [],
-        behavior: Behavior = .normal
+        behavior: Behavior = .normal,
+        concurrencyLimit: ConcurrencyLimit? = nil
     ) -> Resource {
         Resource(
             body: .generated(length: length, seed: seed), etag: etag, lastModified: lastModified, date: date,
             contentType: contentType, contentDisposition: contentDisposition, acceptRanges: acceptRanges,
-            extraHeaders: extraHeaders, behavior: behavior)
+            extraHeaders: extraHeaders, behavior: behavior, concurrencyLimit: concurrencyLimit)
     }
 }

@@ -28,6 +28,18 @@ struct ResponseBuilder {
         return plan
     }
 
+    /// The answer to a request turned away by `limit`: its status and `Retry-After` on a small HTML page, sent
+    /// whole and at once (no server-wide pacing or cut-off).
+    func overload(_ limit: ConcurrencyLimit) -> ResponsePlan {
+        var headers: [HeaderField] = []
+        if let retryAfter = limit.retryAfter { headers.append(HeaderField("Retry-After", retryAfter)) }
+        var plan = htmlPlan(status: limit.status, headers: headers, behavior: .normal)
+        plan.dropAfterBytes = nil
+        plan.throttleBytesPerSecond = nil
+        plan.keepAlive = configuration.keepAlive && requestAllowsKeepAlive
+        return plan
+    }
+
     /// The response for a GET or HEAD of `resource` with `behavior`.
     ///
     /// - Parameters:

@@ -136,7 +136,15 @@ final class ResponseWriter {
     /// when the client closed the connection or the server is stopping.
     private func hold(at gate: BodyGate) -> Int64? {
         var held = false
-        defer { if held { gate.leave() } }
+        let clock = ContinuousClock()
+        let arrival = clock.now
+        defer {
+            if held {
+                gate.leave()
+                // The pacing schedule resumes where it stopped: time at the gate is not made up in a burst.
+                paceStart = paceStart.map { $0 + (clock.now - arrival) }
+            }
+        }
         while true {
             guard let room = gate.room(after: bodyBytesSent) else { return .max }
             if room > 0 { return room }

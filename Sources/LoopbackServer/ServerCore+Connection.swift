@@ -86,24 +86,93 @@ extension ServerCore {
         }
     }
 
+    /// What the shared state decided for a request, in the same step that recorded it.
+    private enum Admission {
+        /// Turned away by this concurrency limit.
+        case overloaded(ConcurrencyLimit)
+        /// Counted in flight under `key`, with the one-shot action it consumed and what is served at its path.
+        case admitted(key: String, action: QueuedAction?, resource: Resource?, staticRoot: URL?)
+    }
+
     /// Records the request, picks the response and writes it; returns what becomes of the connection.
+    ///
+    /// In one locked step the request is recorded, checked against its path's ``ConcurrencyLimit`` and counted in
+    /// flight, and takes its one-shot action (one keyed by its range start first, else the FIFO queue's next) and
+    /// the resource registered now, which it keeps to the end of its response. It leaves the in-flight count when
+    /// its response has been written, before the connection is closed or read again.
     func respond(to head: HTTPRequestHead, connection: Int, on descriptor: Int32) -> AfterResponse {
         var recorded = head.recorded
         recorded.connection = connection
         let decodedPath = PercentDecoding.decodeString(recorded.path)
-        let (action, registered, staticRoot) = state.withLock { state in
-            state.requests.append(recorded)
-            var action: QueuedAction?
-            for key in [recorded.path, decodedPath].compactMap(\.self) where action == nil {
-                if var queue = state.queues[key], !queue.isEmpty {
-                    action = queue.removeFirst()
-                    state.queues[key] = queue.isEmpty ? nil : queue
-                }
+        let paths = [recorded.path, decodedPath].compactMap(\.self)
+        let rangeStart = head.singleRangeStart
+        let admission = state.withLock { state -> Admission in
+            var found: (key: String, resource: Resource)?
+            for path in paths where found == nil {
+                if let resource = state.resources[path] { found = (path, resource) }
             }
-            let resource = state.resources[recorded.path] ?? decodedPath.flatMap { state.resources[$0] }
-            return (action, resource, state.staticRoot)
+            let key = found?.key ?? recorded.path
+            let limit = found?.resource.concurrencyLimit ?? configuration.concurrencyLimit
+            var counters = state.concurrency[key] ?? ConcurrencyCounters()
+            defer { state.concurrency[key] = counters }
+            if let limit, counters.inFlight >= max(0, limit.maximum) {
+                counters.overloads += 1
+                recorded.wasOverloaded = true
+                state.requests.append(recorded)
+                return .overloaded(limit)
+            }
+            counters.inFlight += 1
+            counters.peak = max(counters.peak, counters.inFlight)
+            state.requests.append(recorded)
+            let action = Self.takeAction(from: &state, paths: paths, rangeStart: rangeStart)
+            return .admitted(key: key, action: action, resource: found?.resource, staticRoot: state.staticRoot)
         }
         let builder = ResponseBuilder(head: head, configuration: configuration)
+        switch admission {
+        case .overloaded(let limit):
+            return write(builder.overload(limit), on: descriptor)
+        case .admitted(let key, let action, let registered, let staticRoot):
+            defer {
+                state.withLock { state in state.concurrency[key, default: ConcurrencyCounters()].inFlight -= 1 }
+            }
+            return answer(
+                head, path: recorded.path, action: action, registered: registered, staticRoot: staticRoot,
+                builder: builder, on: descriptor)
+        }
+    }
+
+    /// Takes the one-shot action for a request to `paths` (raw, then percent-decoded): the first one queued for
+    /// its range start, else the next one of the FIFO queue, else `nil`.
+    private static func takeAction(from state: inout State, paths: [String], rangeStart: Int64?) -> QueuedAction? {
+        if let rangeStart {
+            for path in paths {
+                guard var byStart = state.rangeQueues[path], var queue = byStart[rangeStart], !queue.isEmpty
+                else { continue }
+                let action = queue.removeFirst()
+                byStart[rangeStart] = queue.isEmpty ? nil : queue
+                state.rangeQueues[path] = byStart.isEmpty ? nil : byStart
+                return action
+            }
+        }
+        for path in paths {
+            guard var queue = state.queues[path], !queue.isEmpty else { continue }
+            let action = queue.removeFirst()
+            state.queues[path] = queue.isEmpty ? nil : queue
+            return action
+        }
+        return nil
+    }
+
+    /// Writes the answer for an admitted request: its one-shot action, else its resource or static file.
+    private func answer(
+        _ head: HTTPRequestHead,
+        path: String,
+        action: QueuedAction?,
+        registered: Resource?,
+        staticRoot: URL?,
+        builder: ResponseBuilder,
+        on descriptor: Int32
+    ) -> AfterResponse {
         var queuedBehavior: Behavior?
         switch action {
         case .scripted(let response):
@@ -121,7 +190,7 @@ extension ServerCore {
         if let registered {
             resource = registered
         } else if let staticRoot {
-            switch StaticFileResolver.resolve(path: recorded.path, root: staticRoot) {
+            switch StaticFileResolver.resolve(path: path, root: staticRoot) {
             case .file(let url):
                 resource = Resource(body: .file(url), etag: nil, lastModified: nil)
                 isStaticFile = true

@@ -25,12 +25,24 @@ final class ServerCore: Sendable {
     struct State: Sendable {
         var resources: [String: Resource] = [:]
         var queues: [String: [QueuedAction]] = [:]
+        /// One-shot actions for the request to a path whose single range starts at a given byte (FIFO per start).
+        var rangeQueues: [String: [Int64: [QueuedAction]]] = [:]
+        /// Per path (the key a resource is registered under, else the raw request path): the requests in flight
+        /// now, the most ever in flight at once, and how many requests were turned away by a concurrency limit.
+        var concurrency: [String: ConcurrencyCounters] = [:]
         var requests: [RecordedRequest] = []
         var staticRoot: URL?
         var connections: Set<Int32> = []
         /// How many connections were accepted: the last one's number (see ``RecordedRequest/connection``).
         var connectionCount = 0
         var shutdownStarted = false
+    }
+
+    /// The concurrency counters of one path (see ``ConcurrencyLimit``).
+    struct ConcurrencyCounters: Sendable {
+        var inFlight = 0
+        var peak = 0
+        var overloads = 0
     }
 
     /// The most connections served at once; further connections are closed immediately.

@@ -10,8 +10,10 @@ public struct DownloadProgress: Hashable, Sendable {
     public var resumedAtOffset: Int64
     /// Bytes received since this task started, over all requests.
     public var bytesTransferred: Int64
-    /// The recent transfer rate, in bytes per second.
+    /// The recent transfer rate, in bytes per second, over all connections.
     public var bytesPerSecond: Double
+    /// How many connections are open (``DownloadTask/Configuration/connections``); 1 for a single transfer.
+    public var connections: Int = 1
 
     /// The fraction done, from 0 to 1, when the total is known.
     public var fractionCompleted: Double? {
@@ -42,6 +44,12 @@ public enum DownloadEvent: Sendable {
     case progress(DownloadProgress)
     /// A transient failure; the transfer continues from the current offset after `delay`.
     case retrying(attempt: Int, delay: Duration, error: ResumableError)
+    /// A connection of a multi-connection download (``DownloadTask/Configuration/connections``) asks for `range`.
+    /// The connection that received the first answer is number 0.
+    case segmentStarted(connection: Int, range: Range<Int64>)
+    /// A connection's segment stopped before `remaining` arrived: the error says why (an overloaded server, a cut
+    /// connection, an unusable answer). Another connection fetches the rest, or the download backs off and retries.
+    case segmentFailed(connection: Int, remaining: Range<Int64>, error: ResumableError)
     /// The file is complete and in place.
     case finished(DownloadResult)
 }

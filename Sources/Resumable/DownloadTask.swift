@@ -50,6 +50,7 @@ public final class DownloadTask: Sendable {
         configuration.transport = try configuration.transport.resolved()
         try configuration.tls.validate()
         try configuration.proxy.validate()
+        try configuration.connections.validate()
         let headers = try Self.validatedHeaders(configuration.headers)
         let expectedSHA256 = try configuration.expectedSHA256.map(Self.validatedDigest)
         let directory = configuration.temporaryDirectory?.standardizedFileURL.path ?? destination.directoryPath
@@ -110,6 +111,7 @@ public final class DownloadTask: Sendable {
         configuration.transport = try configuration.transport.resolved()
         try configuration.tls.validate()
         try configuration.proxy.validate()
+        try configuration.connections.validate()
         var merged = token.headers
         for (name, value) in configuration.headers { merged[name] = value }
         let headers = try validatedHeaders(merged)

@@ -70,8 +70,8 @@ enum RawHTTPClient {
         var description: String
     }
 
-    /// Connects to 127.0.0.1:`port`.
-    static func connect(port: UInt16) throws -> Int32 {
+    /// Connects to 127.0.0.1:`port`; reads give up after `receiveTimeoutSeconds` without data.
+    static func connect(port: UInt16, receiveTimeoutSeconds: Int = 15) throws -> Int32 {
         #if canImport(Glibc)
             let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #else
@@ -91,7 +91,7 @@ enum RawHTTPClient {
             close(descriptor)
             throw Failure(description: "connect failed: errno \(errno)")
         }
-        var timeout = timeval(tv_sec: 15, tv_usec: 0)
+        var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         return descriptor
     }
@@ -114,8 +114,8 @@ enum RawHTTPClient {
     }
 
     /// Sends `bytes` and reads the whole response until the server closes the connection.
-    static func exchange(port: UInt16, bytes: [UInt8]) throws -> RawResponse {
-        let descriptor = try connect(port: port)
+    static func exchange(port: UInt16, bytes: [UInt8], receiveTimeoutSeconds: Int = 15) throws -> RawResponse {
+        let descriptor = try connect(port: port, receiveTimeoutSeconds: receiveTimeoutSeconds)
         defer { close(descriptor) }
         try send(descriptor, bytes)
         var data: [UInt8] = []
@@ -156,9 +156,12 @@ enum RawHTTPClient {
         port: UInt16,
         method: String = "GET",
         path: String,
-        headers: [(String, String)] = []
+        headers: [(String, String)] = [],
+        receiveTimeoutSeconds: Int = 15
     ) throws -> RawResponse {
-        try exchange(port: port, raw: requestText(method: method, path: path, headers: headers))
+        try exchange(
+            port: port, bytes: Array(requestText(method: method, path: path, headers: headers).utf8),
+            receiveTimeoutSeconds: receiveTimeoutSeconds)
     }
 
     /// The request text for `method path` with a Host header and `headers`.

@@ -23,7 +23,8 @@ struct CrashAndHandoffTests {
         let tokenURL = scratch.file("file.bin.resumable.json")
         var generator = SystemRandomNumberGenerator()
         // A long idle timeout: a held process never gives up and retries while a busy machine keeps the test waiting.
-        let patient = ["--timeout", "3600"]
+        // One connection: each resume must start at the single transfer's last checkpoint (SegmentedCLITests kills several).
+        let patient = ["--timeout", "3600", "--connections", "1"]
         var arguments = ["get", served.url, "--quiet"] + patient
         var lastCheckpoint: Int64 = 0
         for round in 0..<3 {

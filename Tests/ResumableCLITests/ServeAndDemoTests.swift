@@ -77,7 +77,7 @@ struct ServeAndDemoTests {
         let scratch = try ScratchDirectory()
         let result = try await CLIProcess.run(["demo"], in: scratch.url)
         #expect(result.exitCode == 0, "\(result)")
-        #expect(result.stdout.contains("Paused at byte"))
+        #expect(result.stdout.contains("Paused with"))
         #expect(result.stdout.contains("\"offset\""), "the token is printed")
         #expect(result.stdout.contains("resume"))
         #expect(result.stdout.contains("Verified: identical to the source"))

@@ -20,7 +20,8 @@ struct SignalTests {
     private static let pausePoint: Int64 = 1 << 20
     /// For a process the test holds at a gate: an idle timeout far beyond any wait of the test, so that the
     /// process never gives up on the held response and retries while a busy machine keeps the test waiting.
-    private static let patient = ["--timeout", "3600"]
+    // One connection: these tests are about a single transfer's signals and tokens (SegmentedCLITests covers several).
+    private static let patient = ["--timeout", "3600", "--connections", "1"]
 
     @Test(
         "A signal mid-transfer leaves a token that a second process resumes to an identical file",

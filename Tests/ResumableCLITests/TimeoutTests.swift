@@ -16,7 +16,8 @@ struct TimeoutTests {
         let gate = served.holdBody(after: Self.heldAt)
         let scratch = try ScratchDirectory()
         let first = try await CLIProcess.run(
-            ["get", served.url, "--max-time", "1", "--timeout", "3600", "--json"], in: scratch.url)
+            ["get", served.url, "--max-time", "1", "--timeout", "3600", "--json", "--connections", "1"], in: scratch.url
+        )
         #expect(first.exitCode == 75, "\(first)")
         let object = try jsonObject(first.stdout)
         let error = try #require(object["error"] as? [String: Any])

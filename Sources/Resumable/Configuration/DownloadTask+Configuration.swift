@@ -303,6 +303,13 @@ extension DownloadTask {
         public var computesSHA256: Bool
         /// Which HTTP implementation moves the bytes; ``Transport/automatic`` (libcurl when it loads) by default.
         public var transport: Transport
+        /// How many connections the download may use at once; ``Connections/automatic`` by default.
+        public var connections: Connections
+        /// The smallest segment a connection is given or takes over from another (1 MiB); tests lower it.
+        var minimumSegmentLength: Int64 = 1 << 20
+        /// How long a segment may receive nothing before it is asked for again on a fresh connection, while other
+        /// segments make progress; `nil`: the shorter of ``idleTimeout`` and 10 s. Tests lower it.
+        var segmentStallTimeout: Duration?
         /// Slows the writer to about this many bytes per second, to measure backpressure (benchmarks only): the
         /// transport's thread sleeps after each write, as it would behind a slow disk. Not API: it is read from
         /// the environment variable `simulatedWriterEnvironmentVariable` when the configuration is created.
@@ -329,8 +336,10 @@ extension DownloadTask {
             progressInterval: Duration = .milliseconds(100),
             expectedSHA256: String? = nil,
             computesSHA256: Bool = false,
-            transport: Transport = .automatic
+            transport: Transport = .automatic,
+            connections: Connections = .automatic
         ) {
+            self.connections = connections
             self.expectedSHA256 = expectedSHA256
             self.computesSHA256 = computesSHA256
             self.headers = headers

@@ -8,18 +8,26 @@ extension DownloadEngine {
     /// Feeds responses from the transport into the state machine and the file.
     struct Consumer: ResponseConsumer {
         let engine: DownloadEngine
+        /// 0 for the request the machine planned; others are segments of a multi-connection phase.
+        var connection = 0
 
         func receive(_ head: ResponseHead) -> Bool {
-            engine.receive(head)
+            engine.receive(head, connection: connection)
         }
 
         func receive(_ body: UnsafeRawBufferPointer) throws(ResumableError) {
-            try engine.receive(body)
+            try engine.receive(body, connection: connection)
         }
     }
 
-    /// Judges a head through the machine and performs its action; `false` stops the request unread.
-    private func receive(_ head: ResponseHead) -> Bool {
+    /// Thrown to end a segment's transfer when its range is complete (it may have asked for more).
+    static let segmentComplete = ResumableError(.cancelled, "the segment is complete")
+
+    /// Judges a head and performs the decision; `false` stops the request unread.
+    private func receive(_ head: ResponseHead, connection: Int) -> Bool {
+        if state.withLock({ $0.segments != nil }) {
+            return receiveSegment(head, connection: connection)
+        }
         let decided = state.withLock { (state) -> (ResumeStateMachine, ResumeStateMachine.BodyPlan)? in
             guard state.stop == nil, !state.ended else { return nil }
             let before = state.machine
@@ -48,11 +56,49 @@ extension DownloadEngine {
         emitProgress()
         // A hand-off before the first byte is still a hand-off: record the accepted response at once.
         checkpoints.schedule(token, file: file)
+        return beginSegmentsIfWorthwhile(file: file)
+    }
+
+    /// Starts a multi-connection phase from the response just accepted when the machine allows one and it is
+    /// worthwhile: this response becomes the first segment, and the transfer loop opens the others, then
+    /// preallocates the file to its full length. Returns whether to read the body (always).
+    private func beginSegmentsIfWorthwhile(file: PartialFile) -> Bool {
+        let settings = segmentSettings
+        let basis = state.withLock { state -> ResumeStateMachine.SegmentBasis? in
+            guard state.stop == nil, let basis = state.machine.segmentBasis(),
+                SegmentSchedule.isWorthwhile(basis, settings: settings)
+            else { return nil }
+            return basis
+        }
+        guard let basis else { return true }
+        let signals = state.withLock { state in
+            state.preallocation = basis.total
+            state.machine.enterSegments()
+            var schedule = SegmentSchedule(basis: basis, settings: settings, probeConnection: 0)
+            state.pendingActions += schedule.start().actions
+            state.segments = schedule
+            return state.signals
+        }
+        signals?.yield(.wake)
         return true
     }
 
-    /// Writes a piece of an accepted body at the offset the machine gives it.
-    private func receive(_ body: UnsafeRawBufferPointer) throws(ResumableError) {
+    /// Judges a segment's head through the machine and records the verdict in the schedule.
+    private func receiveSegment(_ head: ResponseHead, connection: Int) -> Bool {
+        state.withLock { state in
+            guard state.stop == nil, !state.ended,
+                let requested = state.segments?.requestedRange(connection: connection)
+            else { return false }
+            let verdict = state.machine.judgeSegment(head, requested: requested)
+            return state.segments?.head(connection: connection, verdict: verdict) ?? false
+        }
+    }
+
+    /// Writes a piece of an accepted body where the machine, or the schedule of a multi-connection phase, says.
+    private func receive(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
+        if state.withLock({ $0.segments != nil }) {
+            return try receiveSegment(body, connection: connection)
+        }
         let count = body.count
         let (emit, checkpoint) = try state.withLock { (state) throws(ResumableError) -> (Bool, ResumeToken?) in
             guard state.stop == nil, !state.ended else {
@@ -68,6 +114,7 @@ extension DownloadEngine {
                 throw error
             }
             let offset = state.machine.state.offset
+            state.hasher?.advance(to: offset)
             if offset - state.writebackStart >= Self.writebackChunk {
                 let (start, file) = (state.writebackStart, state.file)
                 state.writebackStart = offset
@@ -84,10 +131,48 @@ extension DownloadEngine {
         }
     }
 
+    /// Writes a piece of a segment's body at the connection's position; throws ``segmentComplete`` to end the
+    /// transfer once its range is complete.
+    private func receiveSegment(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
+        let (emit, checkpoint, complete) = try state.withLock {
+            (state) throws(ResumableError) -> (Bool, (ResumeToken, PartialFile)?, Bool) in
+            guard state.stop == nil, !state.ended else {
+                throw ResumableError(.cancelled, "the download was cancelled")
+            }
+            if let failure = checkpoints.failure { throw failure }
+            guard let (position, count) = state.segments?.placement(connection: connection, count: body.count) else {
+                throw Self.segmentComplete
+            }
+            try state.file.write(UnsafeRawBufferPointer(rebasing: body[0..<count]), at: position)
+            let complete = state.segments?.wrote(connection: connection, count: count) ?? true
+            if let hasher = state.hasher, let prefix = state.segments?.present.prefixLength {
+                hasher.advance(to: prefix)
+            }
+            if let written = state.segments?.bytesWritten, written - state.writebackStart >= Self.writebackChunk {
+                // Segments write all over the file: start writing back everything dirty so far.
+                let file = state.file
+                state.writebackStart = written
+                writebackQueue.async { file.startWriteback(offset: 0, count: 0) }
+            }
+            let emit = state.progress.add(count)
+            var checkpoint: (ResumeToken, PartialFile)?
+            if checkpoints.claimPeriodic(), let present = state.segments?.present {
+                state.machine.segmentsProgressed(present)
+                checkpoint = (state.machine.state.token(), state.file)
+            }
+            return (emit, checkpoint, complete || count < body.count)
+        }
+        if emit { emitProgress() }
+        if let (token, file) = checkpoint { checkpoints.schedule(token, file: file) }
+        if complete { throw Self.segmentComplete }
+    }
+
     func emitProgress() {
         let progress = state.withLock { state in
             state.progress.report(
-                bytesOnDisk: state.machine.state.offset, expectedLength: state.machine.state.expectedLength)
+                bytesOnDisk: state.segments?.present.count ?? state.machine.state.bytesOnDisk,
+                expectedLength: state.machine.state.expectedLength,
+                connections: state.segments?.activeCount ?? 1)
         }
         events.send(.progress(progress))
     }

@@ -36,6 +36,17 @@ final class DownloadEngine: Sendable {
         var finalToken: ResumeToken?
         /// Whether bytes on disk were dropped and the download started again from byte 0.
         var restarted = false
+        /// Hashes the file's contiguous prefix while the download runs, when a digest is wanted; replaced with the
+        /// file, cancelled before the file is released.
+        var hasher: PrefixHasher?
+        /// The multi-connection phase in progress, if any (``DownloadEngine+Segments.swift``).
+        var segments: SegmentSchedule?
+        /// The length to preallocate the file to, once the transfer loop has opened the first segments' connections.
+        var preallocation: Int64?
+        /// Actions the schedule decided on a transport's thread, for the transfer loop to perform.
+        var pendingActions: [SegmentSchedule.Action] = []
+        /// Wakes the transfer loop of the current request.
+        var signals: AsyncStream<ConnectionSignal>.Continuation?
     }
 
     let configuration: DownloadTask.Configuration
@@ -64,6 +75,12 @@ final class DownloadEngine: Sendable {
         self.finisher = Finisher(destination: machine.state.destination, existingFile: existingFile)
         self.initialOffset = machine.state.offset
         self.checkpoints = CheckpointWriter(checkpointing: configuration.checkpointing, path: file.path)
+        if configuration.computesSHA256 || machine.state.expectedSHA256 != nil {
+            let hasher = PrefixHasher(file: file)
+            // The bytes already on disk are hashed while the rest arrives.
+            if machine.state.offset > 0 { hasher.advance(to: machine.state.offset) }
+            state.withLock { $0.hasher = hasher }
+        }
     }
 
     /// Asks the run loop to stop; the caller cancels the task running ``run()``.
@@ -109,7 +126,9 @@ final class DownloadEngine: Sendable {
     /// file. Blocks on the disk.
     private func conclude(_ result: Result<DownloadResult, ResumableError>) -> Result<DownloadResult, ResumableError> {
         var result = result
-        let file = state.withLock { $0.file }
+        let (file, hasher) = state.withLock { ($0.file, $0.hasher) }
+        // The hasher reads the file: it stops before the file is released.
+        hasher?.cancel()
         switch result {
         case .success(let downloaded):
             events.send(.finished(downloaded))
@@ -117,7 +136,7 @@ final class DownloadEngine: Sendable {
             let (discard, candidate) = state.withLock { state in
                 (
                     state.stop == .discard,
-                    state.machine.state.offset > 0
+                    state.machine.state.bytesOnDisk > 0
                         ? state.machine.state.token() : nil
                 )
             }
@@ -194,27 +213,27 @@ final class DownloadEngine: Sendable {
                         Result { () throws(ResumableError) in try self.switchFile(reason, restoring: before) }
                     }.get()
                 } else {
-                    // Bytes beyond the offset are not trusted: cut them off before asking for the rest.
-                    try state.withLock { $0.file }.truncate(to: plan.request.offset)
+                    // Bytes beyond the offset (or the last completed range) are not trusted: cut them off before asking
+                    // for the rest.
+                    try state.withLock { $0.file }.truncate(to: plan.trustedLength)
                 }
             } catch {
                 return .failure(error)
             }
-            var transportError: ResumableError?
-            do {
-                let request = TransportRequest(
-                    url: plan.request.url, headers: plan.request.headers, idleTimeout: configuration.idleTimeout,
-                    connectTimeout: configuration.connectTimeout, tls: configuration.tls, proxy: configuration.proxy)
-                try await session.execute(request, consumer: Consumer(engine: self))
-            } catch {
-                transportError = error
-            }
+            let bytesBefore = state.withLock { $0.machine.state.bytesOnDisk }
+            let ended = await transfer(transportRequest(plan.request), session: session)
             if let stopped = stoppedError() { return .failure(stopped) }
             // Progress is throttled while bytes arrive; report where this response left the file.
             emitProgress()
             let (outcome, progressed) = state.withLock { state in
-                let outcome = state.headOutcome ?? state.machine.responseEnded(error: transportError)
-                return (outcome, state.machine.state.offset > plan.request.offset)
+                let outcome: ResumeStateMachine.Outcome
+                switch ended {
+                case .single(let transportError):
+                    outcome = state.headOutcome ?? state.machine.responseEnded(error: transportError)
+                case .segments(let outcomeOfSegments):
+                    outcome = outcomeOfSegments
+                }
+                return (outcome, state.machine.state.bytesOnDisk > bytesBefore)
             }
             switch outcome {
             case .finished:
@@ -275,6 +294,9 @@ final class DownloadEngine: Sendable {
             throw error
         }
         state.withLock { state in
+            // The new file is hashed from its first byte.
+            state.hasher?.cancel()
+            if state.hasher != nil { state.hasher = PrefixHasher(file: new) }
             state.machine.switchedFile(to: new.path)
             state.file = new
             state.writebackStart = 0
@@ -289,8 +311,8 @@ final class DownloadEngine: Sendable {
     // MARK: - Finishing
 
     private func finish() -> Result<DownloadResult, ResumableError> {
-        let (machine, file, transferred, restarted) = state.withLock {
-            ($0.machine, $0.file, $0.progress.bytesTransferred, $0.restarted)
+        let (machine, file, transferred, restarted, hasher) = state.withLock {
+            ($0.machine, $0.file, $0.progress.bytesTransferred, $0.restarted, $0.hasher)
         }
         let resume = machine.state
         do throws(ResumableError) {
@@ -301,7 +323,10 @@ final class DownloadEngine: Sendable {
             }
             try file.synchronize()
             var digest: String?
-            if configuration.computesSHA256 || resume.expectedSHA256 != nil {
+            if let hasher {
+                // Most of the file was hashed while it arrived; this waits for the rest.
+                digest = try hasher.digest(length: size)
+            } else if configuration.computesSHA256 || resume.expectedSHA256 != nil {
                 digest = try file.sha256()
             }
             if let expected = resume.expectedSHA256, expected != digest {

@@ -25,7 +25,7 @@ struct ProgressMeter: Sendable {
 
     /// A report of `bytesOnDisk` out of `expectedLength`, updating the rate.
     mutating func report(
-        bytesOnDisk: Int64, expectedLength: Int64?, now: ContinuousClock.Instant = .now
+        bytesOnDisk: Int64, expectedLength: Int64?, connections: Int = 1, now: ContinuousClock.Instant = .now
     ) -> DownloadProgress {
         lastReportAt = now
         let elapsed = now - sampleAt
@@ -41,7 +41,8 @@ struct ProgressMeter: Sendable {
             expectedLength: expectedLength,
             resumedAtOffset: transferStart,
             bytesTransferred: bytesTransferred,
-            bytesPerSecond: bytesPerSecond
+            bytesPerSecond: bytesPerSecond,
+            connections: connections
         )
     }
 }

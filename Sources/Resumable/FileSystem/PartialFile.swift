@@ -122,6 +122,14 @@ final class PartialFile: Sendable {
         DurableSteps.record(.truncate, path)
     }
 
+    /// Extends the file to `length` bytes, allocating its blocks where the file system can, so that segments
+    /// written at their own offsets neither fragment the file nor find the disk full half way.
+    func preallocate(length: Int64) throws(ResumableError) {
+        let code = cresumable_preallocate(descriptor, length)
+        guard code == 0 else { throw .fileSystem("preallocating", path: path, errno: code) }
+        DurableSteps.record(.truncate, path)
+    }
+
     /// Writes all of `buffer` at `offset`.
     func write(_ buffer: UnsafeRawBufferPointer, at offset: Int64) throws(ResumableError) {
         guard var base = buffer.baseAddress else { return }
@@ -168,9 +176,24 @@ final class PartialFile: Sendable {
         _ = cresumable_start_writeback(descriptor, offset, count)
     }
 
-    /// The lowercase hex SHA-256 of the file's contents.
+    /// The lowercase hex SHA-256 of the file's contents (libcrypto when it loads, see ``SHA256Hasher``).
     func sha256() throws(ResumableError) -> String {
-        try PortableSHA256.hex(ofDescriptor: descriptor, path: path)
+        try SHA256Hasher.hex(ofDescriptor: descriptor, path: path)
+    }
+
+    /// Reads up to `buffer.count` bytes at `offset` into `buffer` (`pread`); returns how many, 0 at the end of the
+    /// file. May return fewer than asked. Throws once the file is released (a reader must still be stopped before
+    /// ``release()``: a descriptor closed during the check could be reused by another file).
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(ResumableError) -> Int {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        while true {
+            guard !released.load(ordering: .acquiring) else {
+                throw ResumableError(.fileSystem, "reading '\(path)' failed: the file was closed")
+            }
+            let count = pread(descriptor, base, buffer.count, off_t(offset))
+            if count >= 0 { return count }
+            guard errno == EINTR else { throw .fileSystem("reading", path: path, errno: errno) }
+        }
     }
 
     /// Removes the file from its directory (the descriptor stays valid until released).

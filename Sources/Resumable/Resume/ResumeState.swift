@@ -12,6 +12,9 @@ struct ResumeState: Hashable, Sendable {
     var originalURL: URL
     /// How many bytes at the start of ``tempPath`` belong to the representation ``validators`` describe.
     var offset: Int64
+    /// Byte ranges beyond ``offset`` that are in ``tempPath`` too (a multi-connection download's finished
+    /// segments); none touches the first ``offset`` bytes (``absorbCompletedRanges()`` merges those).
+    var completedRanges = ByteRangeSet()
     /// The size of the whole representation, when known.
     var expectedLength: Int64?
     /// The validators the bytes on disk were received under.
@@ -79,6 +82,12 @@ struct ResumeState: Hashable, Sendable {
         self.url = replacingURL ?? token.url
         self.originalURL = replacingURL ?? token.originalURL
         self.offset = tempPath == token.tempPath ? min(token.offset, bytesOnDisk) : 0
+        if tempPath == token.tempPath {
+            // Ranges the file no longer holds (it is shorter than the token says) are downloaded again.
+            var ranges = ByteRangeSet(token.completedRanges)
+            ranges.clip(to: bytesOnDisk)
+            self.completedRanges = ranges
+        }
         self.expectedLength = token.expectedLength
         self.validators = Validators(
             etag: token.etag, lastModified: token.lastModified, responseDate: token.responseDate)
@@ -91,6 +100,31 @@ struct ResumeState: Hashable, Sendable {
         self.tempPath = tempPath
         self.createdAt = token.createdAt
         self.expectedSHA256 = expectedSHA256
+        absorbCompletedRanges()
+    }
+
+    /// Every byte known to be in ``tempPath``: the prefix and the completed ranges.
+    var bytesPresent: ByteRangeSet {
+        var present = completedRanges
+        present.insert(0..<offset)
+        return present
+    }
+
+    /// How many bytes are in ``tempPath``: the prefix and the completed ranges.
+    var bytesOnDisk: Int64 { offset + completedRanges.count }
+
+    /// Extends the prefix over completed ranges it reached.
+    mutating func absorbCompletedRanges() {
+        guard !completedRanges.isEmpty else { return }
+        let present = bytesPresent
+        offset = present.prefixLength
+        completedRanges = ByteRangeSet(present.rangesAfterPrefix)
+    }
+
+    /// Sets the bytes in ``tempPath`` to `present`: the prefix and the ranges beyond it.
+    mutating func setBytesPresent(_ present: ByteRangeSet) {
+        offset = present.prefixLength
+        completedRanges = ByteRangeSet(present.rangesAfterPrefix)
     }
 
     /// Whether `name` carries credentials: never stored in a token, never sent to another origin.
@@ -108,6 +142,7 @@ struct ResumeState: Hashable, Sendable {
             url: url,
             originalURL: originalURL,
             offset: offset,
+            completedRanges: completedRanges.ranges,
             expectedLength: expectedLength,
             etag: validators.etag,
             lastModified: validators.lastModified,

@@ -30,6 +30,9 @@ struct ResumeStateMachine: Sendable {
     /// A request, and what must happen to the temporary file before it is sent.
     struct RequestPlan: Sendable {
         var request: Request
+        /// Bytes of the temporary file at or beyond this are not trusted: cut them off before sending. The offset,
+        /// or the end of the last completed range of a multi-connection download.
+        var trustedLength: Int64
         /// Set when the bytes on disk were dropped: start a new empty temporary file and switch the token to
         /// it before sending.
         var newFile: RestartReason?
@@ -100,6 +103,8 @@ struct ResumeStateMachine: Sendable {
     /// The server answered an entity-tag `If-Range` with a 200 carrying that same strong entity tag: it honors
     /// only dates there (some CDNs do). Remembered for the rest of this task; see ``receive(_:)``.
     private(set) var ignoresEntityTagIfRange = false
+    /// A multi-connection phase found the server's answers to segments unusable: one connection from then on.
+    private var segmentsRefused = false
 
     init(state: ResumeState, maximumRedirects: Int) {
         self.state = state
@@ -115,7 +120,7 @@ struct ResumeStateMachine: Sendable {
         // combine two responses that carry the same strong validator).
         let ifRange = ignoresEntityTagIfRange ? state.validators.strongLastModified : state.validators.ifRange
         let requiredETag = ignoresEntityTagIfRange ? state.validators.strongETag : nil
-        if state.offset > 0 && ifRange == nil && requiredETag == nil {
+        if state.bytesOnDisk > 0 && ifRange == nil && requiredETag == nil {
             // Pieces may only be joined under a strong validator the server checks (RFC 9110 §13.1.5,
             // §15.3.7.3). A weak ETag, or a Last-Modified too close to its Date, cannot prove the bytes on
             // disk are the server's: start again rather than risk a splice.
@@ -123,6 +128,29 @@ struct ResumeStateMachine: Sendable {
         }
         let newFile = droppedBytes
         droppedBytes = nil
+        var fields = baseHeaders()
+        var current = Exchange(sentRange: false, sentIfRange: false)
+        if state.bytesOnDisk > 0 {
+            // With completed ranges beyond the prefix (a multi-connection download's), only the first gap is asked.
+            let last = state.completedRanges.ranges.first.map { "\($0.lowerBound - 1)" } ?? ""
+            fields.append(HTTPHeader(name: "Range", value: "bytes=\(state.offset)-\(last)"))
+            current.sentRange = true
+            if let ifRange {
+                fields.append(HTTPHeader(name: "If-Range", value: ifRange))
+                current.sentIfRange = true
+            }
+            current.requiredETag = requiredETag
+        }
+        exchange = current
+        return RequestPlan(
+            request: Request(url: state.url, headers: fields, offset: state.offset),
+            trustedLength: state.completedRanges.ranges.last?.upperBound ?? state.offset,
+            newFile: newFile)
+    }
+
+    /// The headers of every request: identity coding, a User-Agent, and the caller's headers (credentials only to
+    /// the original origin), never the caller's `Range`, `If-Range` or `Accept-Encoding`.
+    private func baseHeaders() -> [HTTPHeader] {
         var fields = [HTTPHeader(name: "Accept-Encoding", value: "identity")]
         if !state.headers.contains(where: { Self.named($0, "User-Agent") }) {
             fields.append(HTTPHeader(name: "User-Agent", value: Self.userAgent))
@@ -132,18 +160,7 @@ struct ResumeStateMachine: Sendable {
             if ["Accept-Encoding", "Range", "If-Range"].contains(where: { Self.named(header, $0) }) { continue }
             fields.append(header)
         }
-        var current = Exchange(sentRange: false, sentIfRange: false)
-        if state.offset > 0 {
-            fields.append(HTTPHeader(name: "Range", value: "bytes=\(state.offset)-"))
-            current.sentRange = true
-            if let ifRange {
-                fields.append(HTTPHeader(name: "If-Range", value: ifRange))
-                current.sentIfRange = true
-            }
-            current.requiredETag = requiredETag
-        }
-        exchange = current
-        return RequestPlan(request: Request(url: state.url, headers: fields, offset: state.offset), newFile: newFile)
+        return fields
     }
 
     /// The engine started the new temporary file an action asked for.
@@ -212,6 +229,8 @@ struct ResumeStateMachine: Sendable {
 
     private mutating func receivePartial(_ head: ResponseHead, _ current: Exchange) -> HeadAction {
         let requestedFrom = current.sentRange ? state.offset : 0
+        // Bytes on disk (a prefix, or completed ranges) are joined only under the checks below.
+        let joining = current.sentRange && state.bytesOnDisk > 0
         if head.value("Content-Type")?.lowercased().hasPrefix("multipart/byteranges") == true {
             return restartOrFail(.unjoinablePartial("multipart/byteranges answer to a single range"), current)
         }
@@ -232,7 +251,7 @@ struct ResumeStateMachine: Sendable {
                 current
             )
         }
-        if let complete, let expected = state.expectedLength, complete != expected, requestedFrom > 0 {
+        if let complete, let expected = state.expectedLength, complete != expected, joining {
             return restartOrFail(.representationChanged, current)
         }
         if let declared = head.value("Content-Length") {
@@ -240,7 +259,12 @@ struct ResumeStateMachine: Sendable {
                 return restartOrFail(.unjoinablePartial("Content-Length \(declared) disagrees with \(header)"), current)
             }
         }
-        if requestedFrom > 0 {
+        if let next = state.completedRanges.ranges.first, last >= next.lowerBound {
+            // Only the gap before the next completed range was asked for; more would overwrite bytes already there.
+            return restartOrFail(
+                .unjoinablePartial("it ends at \(last), beyond the \(next.lowerBound - 1) asked for"), current)
+        }
+        if joining {
             // Joined only when the server checked a strong validator (`If-Range`), or the 206 carries the stored
             // strong entity tag where the server is known to ignore entity-tag If-Ranges, and whatever validators
             // the 206 carries are the stored ones (RFC 9110 §15.3.7.3).
@@ -250,7 +274,7 @@ struct ResumeStateMachine: Sendable {
                 return restartOrFail(.representationChanged, current)
             }
         }
-        if requestedFrom == 0 {
+        if !joining {
             adoptValidators(head)
         }
         state.expectedLength = complete ?? state.expectedLength
@@ -287,7 +311,7 @@ struct ResumeStateMachine: Sendable {
             }
             length = parsed
         }
-        if state.offset > 0, current.sentIfRange, current.requiredETag == nil, !ignoresEntityTagIfRange,
+        if state.bytesOnDisk > 0, current.sentIfRange, current.requiredETag == nil, !ignoresEntityTagIfRange,
             let tag = state.validators.strongETag, head.value("ETag") == tag, state.validators.agree(with: head)
         {
             // A 200 to `If-Range: <tag>` that carries that same strong tag: the representation did not change, the
@@ -298,7 +322,7 @@ struct ResumeStateMachine: Sendable {
             return .skipBody(.requestAgain)
         }
         var newFile: RestartReason?
-        if state.offset > 0 {
+        if state.bytesOnDisk > 0 {
             // The limit is checked before anything changes: a refused restart leaves the state describing the bytes
             // on disk, so the token it ends with never pairs them with the new version's validators.
             restarts += 1
@@ -318,6 +342,7 @@ struct ResumeStateMachine: Sendable {
         state.expectedLength = length
         state.acceptRanges = head.value("Accept-Ranges")
         state.offset = 0
+        state.completedRanges = ByteRangeSet()
         finalHead = head
         lastStatus = head.status
         exchange = Exchange(
@@ -379,8 +404,9 @@ struct ResumeStateMachine: Sendable {
 
     /// Forgets the bytes on disk; the next request starts in a new file.
     private mutating func dropBytes(_ reason: RestartReason) {
-        if state.offset > 0 { droppedBytes = droppedBytes ?? reason }
+        if state.bytesOnDisk > 0 { droppedBytes = droppedBytes ?? reason }
         state.offset = 0
+        state.completedRanges = ByteRangeSet()
     }
 
     private func restartLimitError() -> ResumableError {
@@ -422,6 +448,10 @@ struct ResumeStateMachine: Sendable {
             )
         }
         state.offset = end
+        if let next = state.completedRanges.ranges.first, end >= next.lowerBound {
+            // The gap is filled: the prefix now runs on through the completed range after it.
+            state.absorbCompletedRanges()
+        }
         return position
     }
 
@@ -459,13 +489,184 @@ struct ResumeStateMachine: Sendable {
         return .finished
     }
 
+    // MARK: - Segments (several connections)
+
+    /// What fetching the rest with several connections starts from.
+    struct SegmentBasis: Sendable {
+        /// The bytes in the file before the accepted response's body.
+        var present: ByteRangeSet
+        /// Where the accepted response's body goes: from the offset to where it ends.
+        var probe: Range<Int64>
+        /// The size of the whole representation.
+        var total: Int64
+    }
+
+    /// How a segment's response head is judged.
+    enum SegmentVerdict: Sendable {
+        /// Write the body: a 206 for the range asked, or a prefix of it ending before `end`.
+        case join(end: Int64)
+        /// The file on the server is not the one being downloaded: restart the whole download from byte 0.
+        case fileChanged(RestartReason)
+        /// This answer cannot be used for the segment, though the file did not change; the segment is asked again.
+        case unusable(ResumableError)
+        /// The server is overloaded (408, 429, 5xx): fewer connections, and back off when none is left.
+        case overloaded(ResumableError)
+        /// A permanent failure of the whole download.
+        case fail(ResumableError)
+    }
+
+    /// The basis for fetching the rest with several connections, or `nil` when the accepted response must be
+    /// read alone: no strong validator that `If-Range` can carry (or a server that ignores entity-tag
+    /// `If-Range`s), no known length, or no sign of range support (a 206, or `Accept-Ranges: bytes`).
+    func segmentBasis() -> SegmentBasis? {
+        guard !segmentsRefused, let current = exchange, current.bodyAccepted, let bodyEnd = current.bodyEnd,
+            let total = state.expectedLength, bodyEnd <= total, state.offset < bodyEnd,
+            !ignoresEntityTagIfRange, state.validators.ifRange != nil
+        else { return nil }
+        let advertised =
+            state.acceptRanges?.lowercased().split(separator: ",")
+            .contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" } == true
+        guard current.isPartial || advertised else { return nil }
+        return SegmentBasis(present: state.bytesPresent, probe: state.offset..<bodyEnd, total: total)
+    }
+
+    /// The engine reads the accepted response as the first segment of a multi-connection phase: from now on
+    /// ``segmentsProgressed(_:)`` and ``segmentsEnded(_:present:)`` account for the bytes.
+    mutating func enterSegments() {
+        exchange = nil
+    }
+
+    /// The request for one segment: `Range: bytes=a-b` under `If-Range` with the strong validator.
+    func segmentRequest(_ range: Range<Int64>) -> Request {
+        var fields = baseHeaders()
+        fields.append(HTTPHeader(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)"))
+        if let ifRange = state.validators.ifRange {
+            fields.append(HTTPHeader(name: "If-Range", value: ifRange))
+        }
+        return Request(url: state.url, headers: fields, offset: range.lowerBound)
+    }
+
+    /// Judges the head of a segment's response, asked with ``segmentRequest(_:)`` for `requested`, before a byte
+    /// of its body is written. Joined only: a 206 whose `Content-Range` starts at the first byte asked, ends no
+    /// later than the last, and has the known total; no content coding, not multipart; carrying the stored
+    /// validators (the strong ETag when there is one, else the Last-Modified date) and no others.
+    func judgeSegment(_ head: ResponseHead, requested: Range<Int64>) -> SegmentVerdict {
+        let status = head.status
+        switch status {
+        case 206:
+            break
+        case 200, 203:
+            // The whole file instead of the range: If-Range failed (the file changed), or the server ignores ranges
+            // under this load. The validators tell which.
+            return carriesStoredValidators(head)
+                ? .unusable(
+                    ResumableError(
+                        .protocolViolation, "the server answered \(status) to a range request for a segment"))
+                : .fileChanged(.representationChanged)
+        case 416:
+            return .fileChanged(.unsatisfiableRange("a segment's range is beyond the file on the server"))
+        case 408, 429, 500...599:
+            let retryAfter = head.value("Retry-After").flatMap { RetryAfter.delay($0, now: Date()) }
+            return .overloaded(
+                ResumableError(
+                    .httpStatus, "the server answered \(status) \(Self.reason(status)) to a segment",
+                    httpStatus: status, retryAfter: retryAfter))
+        case 407:
+            return .fail(
+                ResumableError(
+                    .proxy, "the proxy requires authentication (407 Proxy Authentication Required)", httpStatus: 407))
+        default:
+            return .fail(
+                ResumableError(
+                    .httpStatus,
+                    "the server answered \(status) \(Self.reason(status)) to a segment of \(state.url.absoluteString)",
+                    httpStatus: status))
+        }
+        guard carriesStoredValidators(head), state.validators.agree(with: head) else {
+            return .fileChanged(.representationChanged)
+        }
+        func unusable(_ why: String) -> SegmentVerdict {
+            .unusable(ResumableError(.protocolViolation, "a segment's 206 cannot be joined: \(why)"))
+        }
+        if head.value("Content-Type")?.lowercased().hasPrefix("multipart/byteranges") == true {
+            return unusable("multipart/byteranges")
+        }
+        if let encoding = Self.contentEncoding(head) { return unusable("Content-Encoding \(encoding)") }
+        guard let header = head.value("Content-Range"), let contentRange = ContentRange(header),
+            case .satisfied(let first, let last, let complete) = contentRange.value, last < Int64.max
+        else {
+            return unusable("no usable Content-Range")
+        }
+        if let complete, complete != state.expectedLength {
+            return .fileChanged(.representationChanged)
+        }
+        guard complete != nil, first == requested.lowerBound, last < requested.upperBound else {
+            return unusable("Content-Range \(header) is not bytes \(requested.lowerBound)-\(requested.upperBound - 1)")
+        }
+        if let declared = head.value("Content-Length") {
+            guard let length = Self.decimal(declared), length == last - first + 1 else {
+                return unusable("Content-Length \(declared) disagrees with \(header)")
+            }
+        }
+        return .join(end: last + 1)
+    }
+
+    /// Whether `head` names the stored representation: the stored ETag when there is one, else the stored
+    /// Last-Modified date.
+    private func carriesStoredValidators(_ head: ResponseHead) -> Bool {
+        if let etag = state.validators.etag { return head.value("ETag") == etag }
+        if let lastModified = state.validators.lastModified { return head.value("Last-Modified") == lastModified }
+        return false
+    }
+
+    /// The bytes a multi-connection phase has written so far (for tokens and progress).
+    mutating func segmentsProgressed(_ present: ByteRangeSet) {
+        state.setBytesPresent(present)
+    }
+
+    /// How a multi-connection phase ended, with the bytes it left in the file.
+    enum SegmentsEnd: Sendable {
+        /// Every byte is in the file.
+        case complete
+        /// The file changed on the server.
+        case restart(RestartReason)
+        /// A transient failure left no connection working: back off, then continue from what is on disk.
+        case retry(ResumableError)
+        /// The server does not answer segments usably although the file did not change (it ignores ranges under
+        /// load): continue with one connection, as a plain download would, for the rest of the task.
+        case single
+        /// A permanent failure.
+        case fail(ResumableError)
+    }
+
+    /// Ends a multi-connection phase: records what it wrote and says what follows.
+    mutating func segmentsEnded(_ end: SegmentsEnd, present: ByteRangeSet) -> Outcome {
+        state.setBytesPresent(present)
+        switch end {
+        case .complete:
+            guard let total = state.expectedLength, state.offset == total else {
+                return .retry(ResumableError(.incompleteBody, "the segments ended before the file was complete"))
+            }
+            return .finished
+        case .restart(let reason):
+            return restart(reason)
+        case .retry(let error):
+            return .retry(error)
+        case .single:
+            segmentsRefused = true
+            return .requestAgain
+        case .fail(let error):
+            return .fail(error)
+        }
+    }
+
     // MARK: - Helpers
 
     private static func named(_ header: HTTPHeader, _ name: String) -> Bool {
         header.name.caseInsensitiveCompare(name) == .orderedSame
     }
 
-    private static func contentEncoding(_ head: ResponseHead) -> String? {
+    static func contentEncoding(_ head: ResponseHead) -> String? {
         let encodings = head.values("Content-Encoding")
             .flatMap { $0.split(separator: ",") }
             .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
@@ -478,7 +679,7 @@ struct ResumeStateMachine: Sendable {
     }
 
     /// A decimal header value such as `Content-Length`: digits only (no sign), no overflow.
-    private static func decimal(_ value: String) -> Int64? {
+    static func decimal(_ value: String) -> Int64? {
         HTTPSyntax.parseDigits(HTTPSyntax.trimmedBytes(value))
     }
 }

@@ -4,9 +4,16 @@ extension ResumeToken: Codable {
     enum CodingKeys: String, CodingKey, CaseIterable {
         case version, url, originalURL, offset, expectedLength, etag, lastModified, responseDate, acceptRanges
         case tempPath, suggestedFilename, destination, headers, expectedSHA256, createdAt, updatedAt
-        /// Reserved for a later version that describes several byte ranges in flight.
+        /// Version 2: the byte ranges beyond `offset` already in the file (``ResumeToken/completedRanges``).
         case ranges
     }
+
+    private enum RangeKeys: String, CodingKey {
+        case start, end
+    }
+
+    /// The most ranges a token may list; a download with 16 connections leaves at most a few dozen.
+    static let maximumRangeCount = 4096
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -14,18 +21,15 @@ extension ResumeToken: Codable {
         if version > Self.currentVersion {
             throw ResumableError(
                 .newerTokenVersion,
-                "resume token field 'version' is \(version), but this version of Resumable reads version "
+                "resume token field 'version' is \(version), but this version of Resumable reads versions 1 to "
                     + "\(Self.currentVersion) only; resume it with a newer Resumable"
             )
         }
-        guard version == Self.currentVersion else {
-            throw ResumableError.invalidToken(field: "version", "must be \(Self.currentVersion), found \(version)")
+        guard version == 1 || version == 2 else {
+            throw ResumableError.invalidToken(field: "version", "must be 1 or 2, found \(version)")
         }
-        if container.contains(.ranges) {
-            throw ResumableError(
-                .newerTokenVersion,
-                "resume token field 'ranges' describes several byte ranges, which needs a newer version of Resumable"
-            )
+        if version == 1 && container.contains(.ranges) {
+            throw ResumableError.invalidToken(field: "ranges", "is not part of a version 1 token")
         }
         self.version = version
         self.url = try Self.decodeHTTPURL(container, .url)
@@ -49,6 +53,9 @@ extension ResumeToken: Codable {
             }
         }
         self.expectedLength = expectedLength
+        self.completedRanges =
+            version == 2
+            ? try Self.decodeRanges(container, offset: offset, expectedLength: expectedLength) : []
 
         let etag = try Self.decodeHeaderValue(container, .etag)
         if let etag, EntityTag(etag) == nil {
@@ -56,6 +63,10 @@ extension ResumeToken: Codable {
         }
         self.etag = etag
         self.lastModified = try Self.decodeHeaderValue(container, .lastModified)
+        if version == 2 && etag == nil && lastModified == nil {
+            throw ResumableError.invalidToken(
+                field: "ranges", "needs a validator (etag or lastModified): without one, no range can be joined")
+        }
         self.responseDate = try Self.decodeHeaderValue(container, .responseDate)
         self.acceptRanges = try Self.decodeHeaderValue(container, .acceptRanges)
 
@@ -130,6 +141,14 @@ extension ResumeToken: Codable {
         try container.encode(url.absoluteString, forKey: .url)
         try container.encode(originalURL.absoluteString, forKey: .originalURL)
         try container.encode(offset, forKey: .offset)
+        if !completedRanges.isEmpty {
+            var list = container.nestedUnkeyedContainer(forKey: .ranges)
+            for range in completedRanges {
+                var pair = list.nestedContainer(keyedBy: RangeKeys.self)
+                try pair.encode(range.lowerBound, forKey: .start)
+                try pair.encode(range.upperBound, forKey: .end)
+            }
+        }
         try container.encode(expectedLength, forKey: .expectedLength)
         try container.encode(etag, forKey: .etag)
         try container.encode(lastModified, forKey: .lastModified)
@@ -142,6 +161,56 @@ extension ResumeToken: Codable {
         try container.encode(expectedSHA256, forKey: .expectedSHA256)
         try container.encode(ISO8601.format(createdAt), forKey: .createdAt)
         try container.encode(ISO8601.format(updatedAt), forKey: .updatedAt)
+    }
+
+    /// The `ranges` of a version 2 token: a non-empty list of `{"start": a, "end": b}`, `offset < a < b`, sorted,
+    /// neither overlapping nor touching, all within `expectedLength`, which is required.
+    private static func decodeRanges(
+        _ container: KeyedDecodingContainer<CodingKeys>, offset: Int64, expectedLength: Int64?
+    ) throws -> [Range<Int64>] {
+        guard container.contains(.ranges) else {
+            throw ResumableError.invalidToken(field: "ranges", "is missing (a version 2 token lists its ranges)")
+        }
+        guard let expectedLength else {
+            throw ResumableError.invalidToken(field: "expectedLength", "is required with ranges")
+        }
+        var list: UnkeyedDecodingContainer
+        do {
+            list = try container.nestedUnkeyedContainer(forKey: .ranges)
+        } catch {
+            throw ResumableError.invalidToken(field: "ranges", "is not a list")
+        }
+        var ranges: [Range<Int64>] = []
+        var previousEnd = offset
+        while !list.isAtEnd {
+            guard ranges.count < maximumRangeCount else {
+                throw ResumableError.invalidToken(field: "ranges", "lists more than \(maximumRangeCount) ranges")
+            }
+            let pair: KeyedDecodingContainer<RangeKeys>
+            let start: Int64
+            let end: Int64
+            do {
+                pair = try list.nestedContainer(keyedBy: RangeKeys.self)
+                start = try pair.decode(Int64.self, forKey: .start)
+                end = try pair.decode(Int64.self, forKey: .end)
+            } catch {
+                throw ResumableError.invalidToken(
+                    field: "ranges", "entry \(ranges.count) is not {\"start\": integer, \"end\": integer}")
+            }
+            guard start > previousEnd, start < end, end <= expectedLength else {
+                throw ResumableError.invalidToken(
+                    field: "ranges",
+                    "entry \(ranges.count) (\(start)..<\(end)) must start after offset and the previous range "
+                        + "(\(previousEnd)), be non-empty and end within expectedLength (\(expectedLength))"
+                )
+            }
+            ranges.append(start..<end)
+            previousEnd = end
+        }
+        guard !ranges.isEmpty else {
+            throw ResumableError.invalidToken(field: "ranges", "is empty (a version 2 token lists at least one range)")
+        }
+        return ranges
     }
 
     private static func decodeHTTPURL(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws -> URL

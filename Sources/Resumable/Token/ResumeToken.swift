@@ -11,8 +11,12 @@ import Foundation
 /// would not have written, with a ``ResumableError`` of code ``ResumableError/Code/invalidToken`` that
 /// names the field.
 public struct ResumeToken: Sendable, Hashable {
-    /// The version of the JSON format this library writes and reads.
-    public static let currentVersion = 1
+    /// The newest version of the JSON format this library reads and writes.
+    ///
+    /// A token is written as version 1 unless it needs version 2: when bytes beyond ``offset`` are already in the
+    /// temporary file (``completedRanges``, from a multi-connection download). So a token that a single connection
+    /// left behind stays readable by every earlier release.
+    public static let currentVersion = 2
 
     /// The format version of this token.
     public let version: Int
@@ -23,8 +27,12 @@ public struct ResumeToken: Sendable, Hashable {
     public let url: URL
     /// The URL the download was started with, without user name or password, like ``url``.
     public let originalURL: URL
-    /// How many bytes are safely in the temporary file; the resume asks for `bytes=offset-`.
+    /// How many bytes at the start of the temporary file are safely there; the resume asks for `bytes=offset-`.
     public let offset: Int64
+    /// Byte ranges beyond ``offset`` that are safely in the temporary file too, sorted, disjoint and not touching
+    /// each other or the first ``offset`` bytes; `end` is exclusive. Left by a multi-connection download
+    /// (``DownloadTask/Configuration/connections``); empty in a version 1 token. A resume downloads only the gaps.
+    public let completedRanges: [Range<Int64>]
     /// The size of the whole representation, when the server announced it.
     public let expectedLength: Int64?
     /// The `ETag` of the representation, exactly as received (quotes and `W/` included).
@@ -65,6 +73,7 @@ public struct ResumeToken: Sendable, Hashable {
         url: URL,
         originalURL: URL,
         offset: Int64,
+        completedRanges: [Range<Int64>] = [],
         expectedLength: Int64?,
         etag: String?,
         lastModified: String?,
@@ -79,11 +88,12 @@ public struct ResumeToken: Sendable, Hashable {
         createdAt: Date,
         updatedAt: Date
     ) {
-        self.version = Self.currentVersion
+        self.version = completedRanges.isEmpty ? 1 : 2
         // Credentials never reach a token: not in the URLs, not in the headers.
         self.url = HTTPURL.removingUserInfo(url)
         self.originalURL = HTTPURL.removingUserInfo(originalURL)
         self.offset = offset
+        self.completedRanges = completedRanges
         self.expectedLength = expectedLength
         self.etag = etag
         self.lastModified = lastModified

@@ -76,8 +76,15 @@ struct DemoCommand: CLICommand {
 
         Console.out("3. Downloading into \(downloads.path)/ in this process (pid \(getpid()))")
         let token = try await downloadHalf(url, into: downloads)
-        let percent = ByteFormat.precisePercent(token.offset, of: Self.size)
-        Console.out("   Paused at byte \(token.offset) of \(Self.size) (\(percent)) with cancelProducingResumeData()")
+        let onDisk = token.offset + token.completedRanges.reduce(0) { $0 + $1.upperBound - $1.lowerBound }
+        let percent = ByteFormat.precisePercent(onDisk, of: Self.size)
+        Console.out(
+            "   Paused with \(onDisk) of \(Self.size) bytes on disk (\(percent)) with cancelProducingResumeData()")
+        if !token.completedRanges.isEmpty {
+            Console.out(
+                "   Several connections were at work: bytes 0..<\(token.offset) and \(token.completedRanges.count) more "
+                    + "ranges are done (token version 2); the resume fetches only the gaps")
+        }
         Console.out("   The partial file stays on disk: \(token.tempPath)")
 
         let tokenURL = TokenFile.defaultURL(for: token)
@@ -99,12 +106,12 @@ struct DemoCommand: CLICommand {
 
         let finalHash = try PortableSHA256.hex(ofFileAt: URL(fileURLWithPath: result.path))
         Console.out("6. Verifying \(result.path)")
-        Console.out("   Bytes before the pause:  \(token.offset)")
+        Console.out("   Bytes before the pause:  \(onDisk)")
         Console.out("   Resumed at offset:       \(result.resumedFrom)")
         Console.out("   Bytes after the pause:   \(result.bytesTransferred)")
         Console.out("   Size:                    \(result.bytes) (source: \(Self.size))")
         Console.out("   SHA-256:                 \(finalHash)")
-        guard result.resumedFrom == token.offset, token.offset + result.bytesTransferred == Self.size,
+        guard result.resumedFrom == token.offset, onDisk + result.bytesTransferred == Self.size,
             result.bytes == Self.size
         else {
             throw DemoFailure(message: "the resume did not continue exactly where the pause stopped")

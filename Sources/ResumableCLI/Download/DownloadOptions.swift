@@ -38,6 +38,11 @@ struct DownloadOptions: Sendable {
                 "transport", value: "name",
                 help: "How bytes are moved: 'auto' (the default: libcurl when it loads, else URLSession), 'libcurl' "
                     + "or 'urlsession'."),
+            .option(
+                "connections", value: "n|auto",
+                help: "How many connections to download with at once, 1 to 16, or 'auto' (the default): one while less "
+                    + "than 16 MiB is missing, else start with one and double while the rate improves. Every segment is a range "
+                    + "request checked with If-Range; a file that changed restarts from the beginning."),
             .flag("overwrite", help: "Replace an existing file of the same name instead of choosing 'name (1).ext'."),
         ] + TLSOptions.arguments + ProxyOptions.arguments + [
             .flag("quiet", short: "q", help: "No progress output. Errors and resume hints are still printed."),
@@ -68,6 +73,8 @@ struct DownloadOptions: Sendable {
     var overwrite = false
     /// `--transport`.
     var transport: DownloadTask.Transport = .automatic
+    /// `--connections`.
+    var connections: DownloadTask.Connections = .automatic
     /// How to report while running.
     var outputMode: OutputMode = .silent
 
@@ -114,6 +121,15 @@ struct DownloadOptions: Sendable {
         case let other?:
             throw UsageError("option '--transport' takes 'auto', 'libcurl' or 'urlsession', not '\(other)'")
         }
+        if let text = parsed.value("connections") {
+            // The library's own parsing and bounds (package access).
+            guard let parsedConnections = DownloadTask.Connections(argument: text.lowercased()) else {
+                throw UsageError(
+                    "option '--connections' takes a number from 1 to \(DownloadTask.Connections.maximum) or 'auto', "
+                        + "not '\(text)'")
+            }
+            connections = parsedConnections
+        }
         overwrite = parsed.flag("overwrite")
         outputMode = OutputMode.choose(json: parsed.flag("json"), quiet: parsed.flag("quiet"))
     }
@@ -129,6 +145,7 @@ struct DownloadOptions: Sendable {
             computesSHA256: outputMode.isJSON
         )
         configuration.transport = transport
+        configuration.connections = connections
         if let retries {
             configuration.retry = DownloadTask.RetryPolicy(maximumRetries: retries)
         }

@@ -36,6 +36,18 @@ enum EventJSON {
                     "bytesPerSecond",
                     .int(progress.bytesPerSecond.isFinite ? ByteFormat.wholeNumber(progress.bytesPerSecond) : 0)
                 ),
+                ("connections", .int(Int64(progress.connections))),
+            ])
+        case .segmentStarted(let connection, let range):
+            return .object([
+                ("event", .string("segment")), ("connection", .int(Int64(connection))),
+                ("start", .int(range.lowerBound)), ("end", .int(range.upperBound)),
+            ])
+        case .segmentFailed(let connection, let remaining, let error):
+            return .object([
+                ("event", .string("segment-failed")), ("connection", .int(Int64(connection))),
+                ("start", .int(remaining.lowerBound)), ("end", .int(remaining.upperBound)),
+                ("error", self.error(error)),
             ])
         case .retrying(let attempt, let delay, let error):
             return .object([

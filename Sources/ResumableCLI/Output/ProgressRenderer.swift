@@ -177,7 +177,11 @@ final class ProgressRenderer: Sendable {
                 "The partial file holds \(bytesOnDisk) bytes, the token said \(tokenOffset); continuing from \(bytesOnDisk)"
         case .retrying(let attempt, let delay, let error):
             return "Retrying in \(ByteFormat.seconds(delay)) (attempt \(attempt)): \(error.message)"
-        case .progress, .finished:
+        case .segmentFailed(let connection, let remaining, let error):
+            return
+                "Connection \(connection) stopped with \(ByteFormat.size(remaining.upperBound - remaining.lowerBound)) "
+                + "of its segment left: \(error.message)"
+        case .progress, .finished, .segmentStarted:
             return nil
         }
     }

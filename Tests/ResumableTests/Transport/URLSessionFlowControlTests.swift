@@ -201,6 +201,8 @@ struct URLSessionFlowControlTests {
     {
         var configuration = DownloadFixture.configuration(retries: 0, transport: .custom(transport))
         configuration.progressInterval = .zero
+        // One connection: the delivery queue of one transfer is what is measured.
+        configuration.connections = .single
         configuration.eventHandler = { event in
             if case .progress(let progress) = event, progress.bytesOnDisk > offset {
                 gate.passOrWaitFirstTime()

@@ -1,0 +1,162 @@
+import Foundation
+
+/// What wakes the transfer loop of one request.
+enum ConnectionSignal: Sendable {
+    /// A connection's transfer returned, with the error it threw.
+    case ended(connection: Int, error: ResumableError?)
+    /// The schedule left actions in ``DownloadEngine/State/pendingActions``.
+    case wake
+    /// Time for ``SegmentSchedule/tick(now:)``.
+    case tick
+}
+
+extension DownloadEngine {
+    /// How a request's transfer ended: a single response (the machine decides from the error), or a
+    /// multi-connection phase that grew out of it (already decided).
+    enum TransferEnd: Sendable {
+        case single(ResumableError?)
+        case segments(ResumeStateMachine.Outcome)
+    }
+
+    /// How often the schedule looks at stalls and the automatic connection count.
+    static let tickInterval: Duration = .milliseconds(50)
+
+    func transportRequest(_ request: ResumeStateMachine.Request) -> TransportRequest {
+        TransportRequest(
+            url: request.url, headers: request.headers, idleTimeout: configuration.idleTimeout,
+            connectTimeout: configuration.connectTimeout, tls: configuration.tls, proxy: configuration.proxy)
+    }
+
+    var segmentSettings: SegmentSchedule.Settings {
+        SegmentSchedule.Settings(
+            connections: configuration.connections,
+            minimumSegmentLength: configuration.minimumSegmentLength,
+            stallTimeout: configuration.segmentStallTimeout ?? min(configuration.idleTimeout, .seconds(10)))
+    }
+
+    /// Sends `request` as connection 0 and waits for it. When its answer starts a multi-connection phase
+    /// (``DownloadEngine/receive(_:connection:)``), performs what the schedule decides, opening and stopping
+    /// connections, until the phase ends; every connection has returned before this does.
+    func transfer(_ request: TransportRequest, session: any TransportSession) async -> TransferEnd {
+        let (signals, continuation) = AsyncStream.makeStream(of: ConnectionSignal.self)
+        state.withLock { state in
+            state.segments = nil
+            state.pendingActions = []
+            state.signals = continuation
+        }
+        var connections: [Int: Task<Void, Never>] = [:]
+        var ticker: Task<Void, Never>?
+        func launch(_ id: Int, _ request: TransportRequest) {
+            connections[id] = Task {
+                var failure: ResumableError?
+                do throws(ResumableError) {
+                    try await session.execute(request, consumer: Consumer(engine: self, connection: id))
+                } catch {
+                    failure = error
+                }
+                continuation.yield(.ended(connection: id, error: failure))
+            }
+        }
+        func perform(_ actions: [SegmentSchedule.Action]) {
+            for action in actions {
+                switch action {
+                case .request(let id, let range):
+                    let request = state.withLock { $0.machine.segmentRequest(range) }
+                    events.send(.segmentStarted(connection: id, range: range))
+                    launch(id, transportRequest(request))
+                case .stop(let id):
+                    connections[id]?.cancel()
+                }
+            }
+        }
+        launch(0, request)
+        var result: TransferEnd?
+        // Ends early when the task is cancelled (a pause, the deadline): the connections are stopped below.
+        loop: for await signal in signals {
+            switch signal {
+            case .ended(let id, let error):
+                connections[id] = nil
+                let step = state.withLock { state -> SegmentSchedule.Step? in
+                    guard state.segments != nil else { return nil }
+                    return state.segments?.ended(connection: id, error: error)
+                }
+                guard let step else {
+                    // No phase began: the single response is over.
+                    result = .single(error)
+                    break loop
+                }
+                if let failure = step.failure {
+                    events.send(.segmentFailed(connection: id, remaining: failure.remaining, error: failure.error))
+                }
+                perform(step.actions)
+                if let end = step.end {
+                    await stopAll(connections)
+                    connections = [:]
+                    let outcome = state.withLock { state in
+                        state.machine.segmentsEnded(end, present: state.segments?.present ?? ByteRangeSet())
+                    }
+                    result = .segments(outcome)
+                    break loop
+                }
+            case .wake:
+                let actions = state.withLock { state in
+                    defer { state.pendingActions = [] }
+                    return state.pendingActions
+                }
+                perform(actions)
+                let (preallocation, file) = state.withLock { state in
+                    defer { state.preallocation = nil }
+                    return (state.preallocation, state.file)
+                }
+                if let preallocation {
+                    // After the requests went out, not before: allocating a large file takes a while (tmpfs zeroes its
+                    // pages), and fallocate keeps whatever segments wrote meanwhile. It fails early on a full disk.
+                    let failure = await Self.offThePool { () -> ResumableError? in
+                        do throws(ResumableError) {
+                            try file.preallocate(length: preallocation)
+                            return nil
+                        } catch {
+                            return error
+                        }
+                    }
+                    if let failure {
+                        await stopAll(connections)
+                        connections = [:]
+                        let outcome = state.withLock { state in
+                            state.machine.segmentsEnded(
+                                .fail(failure), present: state.segments?.present ?? ByteRangeSet())
+                        }
+                        result = .segments(outcome)
+                        break loop
+                    }
+                }
+                if ticker == nil {
+                    ticker = Task {
+                        while !Task.isCancelled {
+                            try? await Task.sleep(for: Self.tickInterval)
+                            continuation.yield(.tick)
+                        }
+                    }
+                }
+            case .tick:
+                let step = state.withLock { $0.segments?.tick() } ?? SegmentSchedule.Step()
+                perform(step.actions)
+            }
+        }
+        ticker?.cancel()
+        await stopAll(connections)
+        continuation.finish()
+        state.withLock { state in
+            state.signals = nil
+            // Whatever the phase wrote is what the token describes.
+            if let present = state.segments?.present { state.machine.segmentsProgressed(present) }
+        }
+        // Cancelled: the caller sees the stop; what is returned does not matter.
+        return result ?? .single(ResumableError(.cancelled, "the download was cancelled"))
+    }
+
+    private func stopAll(_ connections: [Int: Task<Void, Never>]) async {
+        for task in connections.values { task.cancel() }
+        for task in connections.values { await task.value }
+    }
+}

@@ -1,0 +1,398 @@
+import Foundation
+
+/// Who fetches which bytes when one download uses several connections: a pure value type with no I/O.
+///
+/// ``ResumeStateMachine`` judges every response (``ResumeStateMachine/judgeSegment(_:requested:)``); this type
+/// decides what each connection does next, and its mutating methods return the ``Action``s its owner
+/// (``DownloadEngine``) performs:
+/// - **Splitting.** The response that started the download is the first segment. The rest is split evenly
+///   among the connections wanted, never into segments under the minimum length.
+/// - **Work stealing.** A connection that finished takes the first range nobody fetches, else half of the
+///   largest remaining segment, whose connection stops early.
+/// - **Stalls.** A segment that received nothing for the stall timeout while others progress is stopped and
+///   asked again on a fresh connection.
+/// - **Back-off.** An overloaded answer (`503`, `429`), or a connection that fails before its response, lowers
+///   the number of connections; when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)``
+///   and the engine backs off.
+/// - **Automatic count.** ``DownloadTask/Connections/automatic`` starts with one connection and doubles the count
+///   while the total rate grows by at least ``rampGain``, going back when a step did not help.
+///
+/// Bytes count as present only once written (``wrote(connection:count:now:)``), so a token made from
+/// ``present`` describes bytes that are in the file.
+struct SegmentSchedule: Sendable {
+    /// What the owner must do.
+    enum Action: Hashable, Sendable {
+        /// Open a connection with this identifier and ask for `range` (``ResumeStateMachine/segmentRequest(_:)``).
+        case request(connection: Int, range: Range<Int64>)
+        /// Stop this connection's transfer; ``ended(connection:error:now:)`` follows.
+        case stop(connection: Int)
+    }
+
+    /// What a step decided: actions, and, when the phase is over, how it ended.
+    struct Step: Sendable {
+        var actions: [Action] = []
+        var end: ResumeStateMachine.SegmentsEnd?
+        /// A connection that failed, the part of its segment it left, and why.
+        var failure: (remaining: Range<Int64>, error: ResumableError)?
+    }
+
+    struct Settings: Sendable {
+        var connections: DownloadTask.Connections
+        var minimumSegmentLength: Int64
+        var stallTimeout: Duration
+        /// How long a connection count is measured before the automatic count decides.
+        var rampWindow: Duration = .milliseconds(100)
+    }
+
+    private struct Connection: Sendable {
+        /// The range asked for; a 206 must start at its first byte.
+        var requested: Range<Int64>
+        /// The next byte this connection writes.
+        var next: Int64
+        /// Where this connection stops: the end asked for, moved earlier when another connection took the rest.
+        var end: Int64
+        var accepted: Bool
+        var lastActivity: ContinuousClock.Instant
+        /// Whether any body byte arrived.
+        var received = false
+        /// Set when the head was judged unusable; reported when the transfer ends.
+        var verdict: ResumeStateMachine.SegmentVerdict?
+        /// Set when this schedule stopped the connection (a stall, fewer connections).
+        var stopped = false
+    }
+
+    private enum Ramp: Sendable {
+        case measuring(
+            count: Int, since: ContinuousClock.Instant, bytesAtStart: Int64, previous: (count: Int, rate: Double)?)
+        /// The count stays; the automatic count tries to grow again after ``rampRetryInterval``.
+        case settled(since: ContinuousClock.Instant)
+        /// The server pushed back (overload, refused connections): the count never grows again in this phase.
+        case backedOff
+    }
+
+    /// The growth of the total rate that makes the automatic count double again.
+    static let rampGain = 1.2
+    /// The share of a proportional growth (twice the connections, twice the rate) that makes the next step
+    /// quadruple the count instead of doubling it.
+    static let proportionalGain = 0.8
+    /// How many bytes each connection must have received in a measuring window.
+    static let rampBytesPerConnection: Int64 = 512 << 10
+    /// How long a settled automatic count stays before it tries to grow again.
+    static let rampRetryInterval: Duration = .seconds(2)
+    /// Segment failures in a row, without a byte between them, after which the phase ends to back off.
+    static let maximumFailuresInARow = 8
+
+    let total: Int64
+    let settings: Settings
+    /// Bytes written to the file, the ones before this phase included.
+    private(set) var present: ByteRangeSet
+    /// Body bytes written in this phase.
+    private(set) var bytesWritten: Int64 = 0
+    /// How many connections the schedule wants working.
+    private(set) var target: Int
+    private var connections: [Int: Connection] = [:]
+    private var nextIdentifier: Int
+    private var ramp: Ramp
+    private var failuresInARow = 0
+    private var lastError: ResumableError?
+
+    /// A phase whose first segment is the accepted response `probe` of `basis`, read by connection `probeConnection`.
+    init(
+        basis: ResumeStateMachine.SegmentBasis, settings: Settings, probeConnection: Int,
+        now: ContinuousClock.Instant = .now
+    ) {
+        self.total = basis.total
+        self.settings = settings
+        self.present = basis.present
+        self.nextIdentifier = probeConnection + 1
+        // The probe stops where the file already has bytes, or where its answer ends.
+        let firstPresent = basis.present.ranges.first { $0.lowerBound >= basis.probe.lowerBound }?.lowerBound
+        let probeEnd = min(basis.probe.upperBound, firstPresent ?? basis.probe.upperBound)
+        connections[probeConnection] = Connection(
+            requested: basis.probe, next: basis.probe.lowerBound, end: probeEnd, accepted: true, lastActivity: now)
+        switch settings.connections.kind {
+        case .fixed(let count):
+            target = max(1, min(count, DownloadTask.Connections.maximum))
+            ramp = .backedOff
+        case .automatic:
+            target = 1
+            ramp = .measuring(count: 1, since: now, bytesAtStart: 0, previous: nil)
+        }
+    }
+
+    /// Whether a multi-connection phase is worth starting for `basis`: more than one connection allowed, and
+    /// enough bytes missing for at least two segments; for the automatic count, sixteen (16 MiB by default: below
+    /// that, opening connections rarely pays for itself).
+    static func isWorthwhile(_ basis: ResumeStateMachine.SegmentBasis, settings: Settings) -> Bool {
+        let missing = basis.total - basis.present.count
+        switch settings.connections.kind {
+        case .fixed(let count):
+            return count > 1 && missing >= 2 * settings.minimumSegmentLength
+        case .automatic:
+            return missing >= 16 * settings.minimumSegmentLength
+        }
+    }
+
+    /// How many connections are open.
+    var activeCount: Int { connections.count }
+
+    /// The first step: splits the work among the connections wanted.
+    mutating func start(now: ContinuousClock.Instant = .now) -> Step {
+        Step(actions: fill(now: now))
+    }
+
+    // MARK: - Responses
+
+    /// Records the verdict on a connection's response head; returns whether to write its body.
+    mutating func head(
+        connection id: Int, verdict: ResumeStateMachine.SegmentVerdict, now: ContinuousClock.Instant = .now
+    )
+        -> Bool
+    {
+        guard var connection = connections[id], !connection.stopped else { return false }
+        connection.lastActivity = now
+        if case .join(let end) = verdict {
+            connection.accepted = true
+            connection.end = min(connection.end, end)
+            connections[id] = connection
+            return true
+        }
+        connection.verdict = verdict
+        connections[id] = connection
+        return false
+    }
+
+    /// Where `count` body bytes of connection `id` go, and how many of them belong to its segment (the rest is
+    /// another connection's: not written). `nil`: none, the connection must stop.
+    func placement(connection id: Int, count: Int) -> (position: Int64, count: Int)? {
+        guard let connection = connections[id], connection.accepted, !connection.stopped else { return nil }
+        let room = connection.end - connection.next
+        guard room > 0 else { return nil }
+        return (connection.next, Int(min(Int64(count), room)))
+    }
+
+    /// `count` bytes were written at the connection's next position. Returns whether its segment is complete (the
+    /// transfer stops, even if the response goes on).
+    mutating func wrote(connection id: Int, count: Int, now: ContinuousClock.Instant = .now) -> Bool {
+        guard var connection = connections[id] else { return true }
+        let start = connection.next
+        connection.next += Int64(count)
+        connection.lastActivity = now
+        connection.received = true
+        connections[id] = connection
+        present.insert(start..<connection.next)
+        bytesWritten += Int64(count)
+        failuresInARow = 0
+        return connection.next >= connection.end
+    }
+
+    /// A connection's transfer ended, with `error` when it did not end cleanly.
+    mutating func ended(connection id: Int, error: ResumableError?, now: ContinuousClock.Instant = .now) -> Step {
+        guard let connection = connections.removeValue(forKey: id) else { return Step() }
+        let finished = connection.next >= connection.end
+        var failure: (remaining: Range<Int64>, error: ResumableError)?
+        if !finished && !connection.stopped {
+            failure = (
+                connection.next..<connection.end,
+                Self.error(of: connection.verdict) ?? error
+                    ?? ResumableError(.incompleteBody, "a segment's body ended early")
+            )
+            switch connection.verdict {
+            case .fileChanged(let reason):
+                return Step(actions: stopAll(), end: .restart(reason))
+            case .fail(let failure):
+                return Step(actions: stopAll(), end: .fail(failure))
+            case .overloaded(let failure):
+                if let end = failed(failure, lowering: true) { return Step(actions: stopAll(), end: end) }
+            case .unusable(let failure):
+                // Not the network's fault: when no connection is left working, go on with one, as a plain GET would.
+                if let end = failed(failure, lowering: true) {
+                    let single: ResumeStateMachine.SegmentsEnd = connections.isEmpty ? .single : end
+                    return Step(actions: stopAll(), end: single, failure: (connection.next..<connection.end, failure))
+                }
+            case .join, nil:
+                let failure = error ?? ResumableError(.incompleteBody, "a segment's body ended early")
+                guard failure.isTransient else { return Step(actions: stopAll(), end: .fail(failure)) }
+                // A connection refused or cut before its answer, while others work: likely a limit on connections.
+                if let end = failed(failure, lowering: !connection.received) {
+                    return Step(actions: stopAll(), end: end)
+                }
+            }
+        }
+        if present.contains(0..<total) {
+            return Step(actions: stopAll(), end: .complete, failure: failure)
+        }
+        return Step(actions: fill(now: now), failure: failure)
+    }
+
+    private static func error(of verdict: ResumeStateMachine.SegmentVerdict?) -> ResumableError? {
+        switch verdict {
+        case .overloaded(let error), .unusable(let error), .fail(let error): return error
+        case .fileChanged(let reason): return ResumableError(.protocolViolation, reason.description)
+        case .join, nil: return nil
+        }
+    }
+
+    /// The range connection `id` asked for.
+    func requestedRange(connection id: Int) -> Range<Int64>? {
+        connections[id]?.requested
+    }
+
+    /// Counts a failed segment; lowers the count when asked. Returns an end when no connection is left working or
+    /// failures keep coming without progress.
+    private mutating func failed(_ error: ResumableError, lowering: Bool) -> ResumeStateMachine.SegmentsEnd? {
+        failuresInARow += 1
+        lastError = error
+        if connections.isEmpty || failuresInARow > Self.maximumFailuresInARow {
+            return .retry(error)
+        }
+        if lowering {
+            target = max(1, min(target, connections.count))
+            ramp = .backedOff
+        }
+        return nil
+    }
+
+    // MARK: - Time
+
+    /// Called regularly: stops stalled segments and steers the automatic count.
+    mutating func tick(now: ContinuousClock.Instant = .now) -> Step {
+        var actions: [Action] = []
+        // A stall counts only while another connection makes progress: if all stall, the network is down, and the
+        // idle timeout of each transfer decides.
+        let recent = connections.values.contains { now - $0.lastActivity < settings.stallTimeout }
+        if recent {
+            for (id, connection) in connections where !connection.stopped {
+                if now - connection.lastActivity >= settings.stallTimeout {
+                    connections[id]?.stopped = true
+                    actions.append(.stop(connection: id))
+                }
+            }
+        }
+        actions += steerCount(now: now)
+        return Step(actions: actions)
+    }
+
+    private mutating func steerCount(now: ContinuousClock.Instant) -> [Action] {
+        if case .settled(let settledAt) = ramp, now - settledAt >= Self.rampRetryInterval,
+            target < DownloadTask.Connections.maximum
+        {
+            // A decision made on one short window may have been noise: measure the settled count again, then try more.
+            ramp = .measuring(count: target, since: now, bytesAtStart: bytesWritten, previous: nil)
+        }
+        guard case .measuring(let count, let since, let bytesAtStart, let previous) = ramp else { return [] }
+        let accepted = connections.values.filter { $0.accepted && !$0.stopped }.count
+        guard accepted >= count else {
+            // Measure only once every connection of this count receives.
+            ramp = .measuring(count: count, since: now, bytesAtStart: bytesWritten, previous: previous)
+            return []
+        }
+        let elapsed = now - since
+        // A window long enough, and with enough bytes per connection that a server sending in bursts (nginx sends
+        // `sendfile_max_chunk` at a time under `limit_rate`) does not decide it; at most a second.
+        let enoughBytes = bytesWritten - bytesAtStart >= Int64(count) * Self.rampBytesPerConnection
+        guard elapsed >= settings.rampWindow, enoughBytes || elapsed >= .seconds(1) else { return [] }
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let rate = Double(bytesWritten - bytesAtStart) / seconds
+        guard rate > 0 else {
+            ramp = .measuring(count: count, since: now, bytesAtStart: bytesWritten, previous: previous)
+            return []
+        }
+        var factor = 2
+        if let previous {
+            if rate < previous.rate * Self.rampGain {
+                // The last step did not help: keep it only if it did not hurt.
+                ramp = .settled(since: now)
+                if rate < previous.rate {
+                    target = max(1, previous.count)
+                    return retireExtraConnections()
+                }
+                return []
+            }
+            // The rate grew almost in proportion: each connection is capped, not the link. Go to the most at once;
+            // the next window shows whether it helped.
+            if rate >= previous.rate * Double(count) / Double(previous.count) * Self.proportionalGain {
+                factor = DownloadTask.Connections.maximum
+            }
+        }
+        let missing = total - present.count
+        let next = min(DownloadTask.Connections.maximum, count * factor)
+        guard next > count, missing >= Int64(next) * settings.minimumSegmentLength else {
+            ramp = .settled(since: now)
+            return []
+        }
+        target = next
+        ramp = .measuring(count: next, since: now, bytesAtStart: bytesWritten, previous: (count, rate))
+        return fill(now: now)
+    }
+
+    /// Stops the newest connections beyond the target; their ranges go back to be taken by others.
+    private mutating func retireExtraConnections() -> [Action] {
+        let working = connections.filter { !$0.value.stopped }.keys.sorted()
+        guard working.count > target else { return [] }
+        return working.suffix(working.count - target).map { id in
+            connections[id]?.stopped = true
+            return .stop(connection: id)
+        }
+    }
+
+    private mutating func stopAll() -> [Action] {
+        connections.keys.sorted().map { id in
+            connections[id]?.stopped = true
+            return .stop(connection: id)
+        }
+    }
+
+    // MARK: - Splitting
+
+    /// Opens connections until the target is reached or no work is left to give.
+    private mutating func fill(now: ContinuousClock.Instant) -> [Action] {
+        var actions: [Action] = []
+        var wanted = target - connections.values.filter { !$0.stopped }.count
+        while wanted > 0, let range = takeWork(sharingWith: wanted) {
+            let id = nextIdentifier
+            nextIdentifier += 1
+            connections[id] = Connection(
+                requested: range, next: range.lowerBound, end: range.upperBound, accepted: false, lastActivity: now)
+            actions.append(.request(connection: id, range: range))
+            wanted -= 1
+        }
+        return actions
+    }
+
+    /// The next range for a new connection: the first one nobody fetches (at most an even share of it when
+    /// `newcomers` connections are starting), else a share of the largest remaining segment.
+    private mutating func takeWork(sharingWith newcomers: Int) -> Range<Int64>? {
+        let minimum = max(settings.minimumSegmentLength, 1)
+        var claimed = present
+        for connection in connections.values where connection.next < connection.end {
+            claimed.insert(connection.next..<connection.end)
+        }
+        if let gap = claimed.gaps(in: 0..<total).first {
+            let share = max(minimum, (gap.upperBound - gap.lowerBound) / Int64(newcomers))
+            let end = gap.upperBound - gap.lowerBound - share < minimum ? gap.upperBound : gap.lowerBound + share
+            return gap.lowerBound..<end
+        }
+        // Steal: the connection with the most left keeps an even share, the newcomers the rest.
+        let candidates = connections.filter { !$0.value.stopped && $0.value.end - $0.value.next >= 2 * minimum }
+        guard
+            let (id, victim) = candidates.max(by: {
+                ($0.value.end - $0.value.next, $1.key) < ($1.value.end - $1.value.next, $0.key)
+            })
+        else { return nil }
+        let remaining = victim.end - victim.next
+        let keep = max(minimum, remaining / Int64(newcomers + 1))
+        let split = victim.next + keep
+        guard victim.end - split >= minimum else { return nil }
+        let stolen = split..<victim.end
+        connections[id]?.end = split
+        if newcomers > 1 {
+            // Leave the rest of the stolen range unclaimed for the next newcomers: each takes an even share of it.
+            let share = max(minimum, (stolen.upperBound - stolen.lowerBound) / Int64(newcomers))
+            if stolen.upperBound - stolen.lowerBound - share >= minimum {
+                return stolen.lowerBound..<(stolen.lowerBound + share)
+            }
+        }
+        return stolen
+    }
+}

@@ -1,0 +1,188 @@
+import Testing
+
+@testable import Resumable
+
+@Suite("ByteRangeSet: the bytes known to be in a file")
+struct ByteRangeSetTests {
+    @Test("Inserting merges overlapping and touching ranges and keeps them sorted")
+    func insertMerges() {
+        var set = ByteRangeSet([10..<20, 0..<5])
+        #expect(set.ranges == [0..<5, 10..<20])
+        set.insert(5..<10)
+        #expect(set.ranges == [0..<20])
+        set.insert(30..<40)
+        set.insert(25..<35)
+        set.insert(19..<21)
+        set.insert(50..<50)
+        #expect(set.ranges == [0..<21, 25..<40])
+        #expect(set.count == 36)
+        #expect(set.prefixLength == 21)
+        #expect(set.rangesAfterPrefix == [25..<40])
+    }
+
+    @Test("Gaps are what is missing within a range; clipping drops bytes beyond a length")
+    func gapsAndClip() {
+        var set = ByteRangeSet([0..<10, 20..<30, 40..<50])
+        #expect(set.gaps(in: 0..<60) == [10..<20, 30..<40, 50..<60])
+        #expect(set.gaps(in: 25..<45) == [30..<40])
+        #expect(set.gaps(in: 0..<10).isEmpty)
+        #expect(set.contains(20..<30) && !set.contains(20..<31))
+        set.clip(to: 25)
+        #expect(set.ranges == [0..<10, 20..<25])
+        #expect(ByteRangeSet([5..<9]).prefixLength == 0)
+    }
+}
+
+@Suite("SegmentSchedule: who fetches which bytes")
+struct SegmentScheduleTests {
+    static let mebibyte: Int64 = 1 << 20
+
+    func schedule(
+        total: Int64 = 16 << 20, present: ByteRangeSet = ByteRangeSet(), probe: Range<Int64>? = nil,
+        connections: DownloadTask.Connections = .fixed(4), stall: Duration = .seconds(5),
+        now: ContinuousClock.Instant = .now
+    ) -> SegmentSchedule {
+        let basis = ResumeStateMachine.SegmentBasis(
+            present: present, probe: probe ?? (present.prefixLength..<total), total: total)
+        let settings = SegmentSchedule.Settings(
+            connections: connections, minimumSegmentLength: Self.mebibyte, stallTimeout: stall)
+        return SegmentSchedule(basis: basis, settings: settings, probeConnection: 0, now: now)
+    }
+
+    static func requests(_ actions: [SegmentSchedule.Action]) -> [Int: Range<Int64>] {
+        var result: [Int: Range<Int64>] = [:]
+        for case .request(let id, let range) in actions { result[id] = range }
+        return result
+    }
+
+    @Test("Four connections split the file evenly; the first answer keeps the first quarter")
+    func evenSplit() {
+        var schedule = schedule()
+        let requests = Self.requests(schedule.start().actions)
+        let mib = Self.mebibyte
+        let expected: [Int: Range<Int64>] = [
+            1: (4 * mib)..<(8 * mib), 2: (8 * mib)..<(12 * mib), 3: (12 * mib)..<(16 * mib),
+        ]
+        #expect(requests == expected)
+        #expect(schedule.placement(connection: 0, count: 100)?.position == 0)
+        // The first connection stops at its quarter even though its answer goes on.
+        #expect(schedule.placement(connection: 0, count: Int(5 << 20))?.count == Int(4 << 20))
+    }
+
+    @Test("A connection that finished takes half of the largest remaining segment")
+    func workStealing() {
+        var schedule = schedule(total: 8 << 20, connections: .fixed(2))
+        let first = Self.requests(schedule.start().actions)
+        #expect(first == [1: (4 << 20)..<(8 << 20)])
+        let accepted = schedule.head(connection: 1, verdict: .join(end: 8 << 20))
+        let complete = schedule.wrote(connection: 1, count: Int(4 << 20))
+        #expect(accepted && complete)
+        let step = schedule.ended(connection: 1, error: nil)
+        // Connection 0 has written nothing of its 4 MiB: the newcomer takes the second half of it.
+        let expected: [Int: Range<Int64>] = [2: (2 * Self.mebibyte)..<(4 * Self.mebibyte)]
+        #expect(Self.requests(step.actions) == expected)
+        #expect(schedule.placement(connection: 0, count: 3 << 20)?.count == 2 << 20)
+        #expect(step.end == nil)
+    }
+
+    @Test("Nothing is stolen below twice the minimum segment length")
+    func noTinySteals() {
+        var schedule = schedule(total: 3 << 20, connections: .fixed(2))
+        _ = schedule.start()
+        // 1.5 MiB each: a finished connection finds less than 2 MiB left in the other and takes nothing.
+        let accepted = schedule.head(connection: 1, verdict: .join(end: 3 << 20))
+        let half = Int(3 << 19)
+        let complete = schedule.wrote(connection: 1, count: half)
+        let afterFirst = schedule.ended(connection: 1, error: nil)
+        #expect(accepted && complete && Self.requests(afterFirst.actions).isEmpty)
+        let secondComplete = schedule.wrote(connection: 0, count: half)
+        #expect(secondComplete)
+        let end = schedule.ended(connection: 0, error: nil).end
+        guard case .complete = end else {
+            Issue.record("expected the phase to be complete, got \(String(describing: end))")
+            return
+        }
+    }
+
+    @Test("An overloaded answer lowers the count; the range goes to a working connection later")
+    func overloadLowersTheCount() {
+        var schedule = schedule()
+        _ = schedule.start()
+        let overloaded = ResumableError(.httpStatus, "503", httpStatus: 503)
+        let accepted = schedule.head(connection: 3, verdict: .overloaded(overloaded))
+        #expect(!accepted)
+        let step = schedule.ended(connection: 3, error: nil)
+        #expect(step.end == nil)
+        #expect(step.failure?.remaining == (12 << 20)..<(16 << 20))
+        #expect(Self.requests(step.actions).isEmpty)
+        #expect(schedule.target == 3)
+        // When connection 1 finishes, it takes the range the overloaded one left.
+        _ = schedule.head(connection: 1, verdict: .join(end: 8 << 20))
+        _ = schedule.wrote(connection: 1, count: Int(4 << 20))
+        let taken = Self.requests(schedule.ended(connection: 1, error: nil).actions)
+        #expect(taken.values.first?.lowerBound == 12 * Self.mebibyte)
+    }
+
+    @Test("A changed file ends the phase with a restart and stops every connection")
+    func changedFileRestarts() {
+        var schedule = schedule()
+        _ = schedule.start()
+        let accepted = schedule.head(connection: 2, verdict: .fileChanged(.representationChanged))
+        #expect(!accepted)
+        let step = schedule.ended(connection: 2, error: nil)
+        guard case .restart(.representationChanged) = step.end else {
+            Issue.record("expected a restart, got \(String(describing: step.end))")
+            return
+        }
+        #expect(Set(step.actions) == [.stop(connection: 0), .stop(connection: 1), .stop(connection: 3)])
+    }
+
+    @Test("The last working connection failing ends the phase to back off")
+    func lastFailureRetries() {
+        var schedule = schedule(total: 4 << 20, connections: .single)
+        let started = schedule.start()
+        #expect(started.actions.isEmpty)
+        let step = schedule.ended(connection: 0, error: ResumableError(.network, "reset"))
+        guard case .retry = step.end else {
+            Issue.record("expected a retry, got \(String(describing: step.end))")
+            return
+        }
+    }
+
+    @Test("A segment with no bytes for the stall timeout while others progress is stopped and asked again")
+    func stalls() {
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 8 << 20, connections: .fixed(2), stall: .seconds(1), now: start)
+        _ = schedule.start(now: start)
+        _ = schedule.head(connection: 1, verdict: .join(end: 8 << 20), now: start)
+        _ = schedule.wrote(connection: 1, count: 1000, now: start + .milliseconds(1500))
+        let tick = schedule.tick(now: start + .milliseconds(1600))
+        #expect(tick.actions == [.stop(connection: 0)])
+        let step = schedule.ended(connection: 0, error: ResumableError(.cancelled, "stopped"))
+        #expect(step.failure == nil)
+        let expected: [Int: Range<Int64>] = [2: 0..<(4 * Self.mebibyte)]
+        #expect(Self.requests(step.actions) == expected)
+    }
+
+    @Test("The automatic count doubles while the rate grows, and goes back when a step did not help")
+    func automaticRamp() {
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 64 << 20, connections: .automatic, now: start)
+        let started = schedule.start(now: start)
+        #expect(started.actions.isEmpty)
+        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
+        let up = Self.requests(schedule.tick(now: start + .milliseconds(100)).actions)
+        #expect(up.count == 1 && schedule.target == 2)
+        let id = up.keys.first!
+        let accepted = schedule.head(
+            connection: id, verdict: .join(end: up[id]!.upperBound), now: start + .milliseconds(100))
+        #expect(accepted)
+        _ = schedule.tick(now: start + .milliseconds(110))  // measuring starts once both receive
+        // Twice the connections, twice the rate: a capped connection, so the count quadruples.
+        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(200))
+        _ = schedule.wrote(connection: id, count: 1 << 20, now: start + .milliseconds(200))
+        let more = schedule.tick(now: start + .milliseconds(210))
+        #expect(schedule.target == 8)
+        #expect(Self.requests(more.actions).count == 6)
+    }
+}
