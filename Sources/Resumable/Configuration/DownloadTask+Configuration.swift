@@ -307,8 +307,8 @@ extension DownloadTask {
         public var connections: Connections
         /// The smallest segment a connection is given or takes over from another (1 MiB); tests lower it.
         var minimumSegmentLength: Int64 = 1 << 20
-        /// How long a segment may receive nothing before it is asked for again on a fresh connection, while other
-        /// segments make progress; `nil`: the shorter of ``idleTimeout`` and 10 s. Tests lower it.
+        /// How long a segment may receive nothing before it is asked again on a fresh connection; `nil`: the shorter
+        /// of ``idleTimeout`` and 10 s. Tests lower it.
         var segmentStallTimeout: Duration?
         /// Slows the writer to about this many bytes per second, to measure backpressure (benchmarks only): the
         /// transport's thread sleeps after each write, as it would behind a slow disk. Not API: it is read from

@@ -9,8 +9,9 @@ import Foundation
 ///   among the connections wanted, never into segments under the minimum length.
 /// - **Work stealing.** A connection that finished takes the first range nobody fetches, else half of the
 ///   largest remaining segment, whose connection stops early.
-/// - **Stalls.** A segment that received nothing for the stall timeout while others progress is stopped and
-///   asked again on a fresh connection.
+/// - **Stalls.** A segment that received nothing for the stall timeout, while others progress or when it is the
+///   last one working, is stopped and asked again on a fresh connection; stalls in a row without a byte between
+///   them count as failures, and end the phase to back off.
 /// - **Back-off.** An overloaded answer (`503`, `429`), or a connection that fails before its response, lowers
 ///   the number of connections; when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)``
 ///   and the engine backs off.
@@ -59,6 +60,8 @@ struct SegmentSchedule: Sendable {
         var verdict: ResumeStateMachine.SegmentVerdict?
         /// Set when this schedule stopped the connection (a stall, fewer connections).
         var stopped = false
+        /// Set when it was stopped because nothing arrived for the stall timeout.
+        var stalled = false
     }
 
     private enum Ramp: Sendable {
@@ -75,7 +78,7 @@ struct SegmentSchedule: Sendable {
     /// The share of a proportional growth (twice the connections, twice the rate) that makes the next step
     /// quadruple the count instead of doubling it.
     static let proportionalGain = 0.8
-    /// How many bytes each connection must have received in a measuring window.
+    /// How many bytes each connection must have received in a measuring window (at most half a minimum segment).
     static let rampBytesPerConnection: Int64 = 512 << 10
     /// How long a settled automatic count stays before it tries to grow again.
     static let rampRetryInterval: Duration = .seconds(2)
@@ -199,24 +202,36 @@ struct SegmentSchedule: Sendable {
             )
             switch connection.verdict {
             case .fileChanged(let reason):
-                return Step(actions: stopAll(), end: .restart(reason))
-            case .fail(let failure):
-                return Step(actions: stopAll(), end: .fail(failure))
-            case .overloaded(let failure):
-                if let end = failed(failure, lowering: true) { return Step(actions: stopAll(), end: end) }
-            case .unusable(let failure):
+                return Step(actions: stopAll(), end: .restart(reason), failure: failure)
+            case .fail(let error):
+                return Step(actions: stopAll(), end: .fail(error), failure: failure)
+            case .overloaded(let error):
+                if let end = failed(error, lowering: true) {
+                    return Step(actions: stopAll(), end: end, failure: failure)
+                }
+            case .unusable(let error):
                 // Not the network's fault: when no connection is left working, go on with one, as a plain GET would.
-                if let end = failed(failure, lowering: true) {
+                if let end = failed(error, lowering: true) {
                     let single: ResumeStateMachine.SegmentsEnd = connections.isEmpty ? .single : end
-                    return Step(actions: stopAll(), end: single, failure: (connection.next..<connection.end, failure))
+                    return Step(actions: stopAll(), end: single, failure: failure)
                 }
             case .join, nil:
-                let failure = error ?? ResumableError(.incompleteBody, "a segment's body ended early")
-                guard failure.isTransient else { return Step(actions: stopAll(), end: .fail(failure)) }
+                let cause = error ?? ResumableError(.incompleteBody, "a segment's body ended early")
+                guard cause.isTransient else { return Step(actions: stopAll(), end: .fail(cause), failure: failure) }
                 // A connection refused or cut before its answer, while others work: likely a limit on connections.
-                if let end = failed(failure, lowering: !connection.received) {
-                    return Step(actions: stopAll(), end: end)
+                if let end = failed(cause, lowering: !connection.received) {
+                    return Step(actions: stopAll(), end: end, failure: failure)
                 }
+            }
+        } else if connection.stalled {
+            // Asked again on a fresh connection below; a stall counts as a failure until bytes arrive again, so a
+            // server that holds every connection ends the phase (and the download backs off) instead of looping.
+            let error = ResumableError(
+                .timedOut, "a segment received nothing for \(settings.stallTimeout); it is asked again")
+            failure = (connection.next..<connection.end, error)
+            failuresInARow += 1
+            if failuresInARow > Self.maximumFailuresInARow {
+                return Step(actions: stopAll(), end: .retry(error), failure: failure)
             }
         }
         if present.contains(0..<total) {
@@ -260,13 +275,16 @@ struct SegmentSchedule: Sendable {
         var actions: [Action] = []
         // A stall counts only while another connection makes progress: if all stall, the network is down, and the
         // idle timeout of each transfer decides.
-        let recent = connections.values.contains { now - $0.lastActivity < settings.stallTimeout }
-        if recent {
-            for (id, connection) in connections where !connection.stopped {
-                if now - connection.lastActivity >= settings.stallTimeout {
-                    connections[id]?.stopped = true
-                    actions.append(.stop(connection: id))
-                }
+        // A stall counts while another connection makes progress, or when the stalled one is the last one working (a
+        // stuck last segment). When several stall at once, the network is likely down: each transfer's idle timeout
+        // decides, and the download backs off.
+        let working = connections.values.filter { !$0.stopped }
+        let progressing = working.contains { now - $0.lastActivity < settings.stallTimeout }
+        for (id, connection) in connections where !connection.stopped && (progressing || working.count == 1) {
+            if now - connection.lastActivity >= settings.stallTimeout {
+                connections[id]?.stopped = true
+                connections[id]?.stalled = true
+                actions.append(.stop(connection: id))
             }
         }
         actions += steerCount(now: now)
@@ -290,7 +308,8 @@ struct SegmentSchedule: Sendable {
         let elapsed = now - since
         // A window long enough, and with enough bytes per connection that a server sending in bursts (nginx sends
         // `sendfile_max_chunk` at a time under `limit_rate`) does not decide it; at most a second.
-        let enoughBytes = bytesWritten - bytesAtStart >= Int64(count) * Self.rampBytesPerConnection
+        let perConnection = min(Self.rampBytesPerConnection, max(settings.minimumSegmentLength / 2, 1))
+        let enoughBytes = bytesWritten - bytesAtStart >= Int64(count) * perConnection
         guard elapsed >= settings.rampWindow, enoughBytes || elapsed >= .seconds(1) else { return [] }
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let rate = Double(bytesWritten - bytesAtStart) / seconds

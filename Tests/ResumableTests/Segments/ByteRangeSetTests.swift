@@ -159,7 +159,8 @@ struct SegmentScheduleTests {
         let tick = schedule.tick(now: start + .milliseconds(1600))
         #expect(tick.actions == [.stop(connection: 0)])
         let step = schedule.ended(connection: 0, error: ResumableError(.cancelled, "stopped"))
-        #expect(step.failure == nil)
+        #expect(step.failure?.remaining == 0..<(4 * Self.mebibyte))
+        #expect(step.failure?.error.code == .timedOut)
         let expected: [Int: Range<Int64>] = [2: 0..<(4 * Self.mebibyte)]
         #expect(Self.requests(step.actions) == expected)
     }
@@ -181,8 +182,19 @@ struct SegmentScheduleTests {
         // Twice the connections, twice the rate: a capped connection, so the count quadruples.
         _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(200))
         _ = schedule.wrote(connection: id, count: 1 << 20, now: start + .milliseconds(200))
-        let more = schedule.tick(now: start + .milliseconds(210))
-        #expect(schedule.target == 8)
-        #expect(Self.requests(more.actions).count == 6)
+        let more = Self.requests(schedule.tick(now: start + .milliseconds(210)).actions)
+        // Twice the connections gave twice the rate, a per-connection cap: straight to the most.
+        #expect(schedule.target == 16)
+        #expect(more.count == 14)
+        for (id, range) in more {
+            _ = schedule.head(connection: id, verdict: .join(end: range.upperBound), now: start + .milliseconds(220))
+        }
+        _ = schedule.tick(now: start + .milliseconds(230))  // every connection receives: the window starts
+        // Sixteen connections bring less than two did: back to two, the newest connections stop.
+        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(1300))
+        let back = schedule.tick(now: start + .milliseconds(1300))
+        #expect(schedule.target == 2)
+        #expect(back.actions.count == 14)
+        #expect(Set(back.actions) == Set(more.keys.map { SegmentSchedule.Action.stop(connection: $0) }))
     }
 }
