@@ -100,15 +100,16 @@ extension DownloadEngine {
             return try receiveSegment(body, connection: connection)
         }
         let count = body.count
-        let (emit, checkpoint) = try state.withLock { (state) throws(ResumableError) -> (Bool, ResumeToken?) in
+        let (emit, checkpoint, complete) = try state.withLock {
+            (state) throws(ResumableError) -> (Bool, ResumeToken?, Bool) in
             guard state.stop == nil, !state.ended else {
                 throw ResumableError(.cancelled, "the download was cancelled")
             }
             // A token that could not be written stops the download: it never continues unrecorded.
             if let failure = checkpoints.failure { throw failure }
-            let position = try state.machine.receiveBody(count: count)
+            let (position, accepted) = try state.machine.receiveBody(upTo: count)
             do throws(ResumableError) {
-                try state.file.write(body, at: position)
+                try state.file.write(UnsafeRawBufferPointer(rebasing: body[0..<accepted]), at: position)
             } catch {
                 state.machine.revertBody(to: position)
                 throw error
@@ -122,10 +123,12 @@ extension DownloadEngine {
             }
             let emit = state.progress.add(count)
             let checkpoint = checkpoints.claimPeriodic() ? state.machine.state.token() : nil
-            return (emit, checkpoint)
+            return (emit, checkpoint, state.machine.bodyIsComplete)
         }
         if emit { emitProgress() }
         if let checkpoint { checkpoints.schedule(checkpoint, file: state.withLock { $0.file }) }
+        // The answer went on past the gap it fills: the rest is bytes already on disk.
+        if complete { throw Self.segmentComplete }
         if let rate = configuration.simulatedWriterBytesPerSecond, rate > 0 {
             usleep(useconds_t(min(Double(count) / Double(rate) * 1e6, 1e6)))
         }
@@ -133,17 +136,24 @@ extension DownloadEngine {
 
     /// Writes a piece of a segment's body at the connection's position; throws ``segmentComplete`` to end the
     /// transfer once its range is complete.
+    ///
+    /// The write itself runs outside the lock, so connections write in parallel. That is safe: a connection's
+    /// position moves only on its own thread, the bytes count as present only once written
+    /// (``SegmentSchedule/wrote(connection:count:now:)``), and the file is never released or switched while a
+    /// transfer runs (the transfer loop waits for every connection first). Bytes of a range another connection took
+    /// over meanwhile are the same representation's (same strong validator), so writing them twice changes nothing.
     private func receiveSegment(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
-        let (emit, checkpoint, complete) = try state.withLock {
-            (state) throws(ResumableError) -> (Bool, (ResumeToken, PartialFile)?, Bool) in
+        let (placement, file) = try state.withLock {
+            (state) throws(ResumableError) -> ((position: Int64, count: Int)?, PartialFile) in
             guard state.stop == nil, !state.ended else {
                 throw ResumableError(.cancelled, "the download was cancelled")
             }
             if let failure = checkpoints.failure { throw failure }
-            guard let (position, count) = state.segments?.placement(connection: connection, count: body.count) else {
-                throw Self.segmentComplete
-            }
-            try state.file.write(UnsafeRawBufferPointer(rebasing: body[0..<count]), at: position)
+            return (state.segments?.placement(connection: connection, count: body.count), state.file)
+        }
+        guard let (position, count) = placement else { throw Self.segmentComplete }
+        try file.write(UnsafeRawBufferPointer(rebasing: body[0..<count]), at: position)
+        let (emit, checkpoint, complete) = state.withLock { state -> (Bool, (ResumeToken, PartialFile)?, Bool) in
             let complete = state.segments?.wrote(connection: connection, count: count) ?? true
             if let hasher = state.hasher, let prefix = state.segments?.present.prefixLength {
                 hasher.advance(to: prefix)

@@ -93,7 +93,8 @@ extension DownloadEngine {
                     await stopAll(connections)
                     connections = [:]
                     let outcome = state.withLock { state in
-                        state.machine.segmentsEnded(end, present: state.segments?.present ?? ByteRangeSet())
+                        defer { state.segments = nil }  // The machine has the phase's bytes and decided what follows.
+                        return state.machine.segmentsEnded(end, present: state.segments?.present ?? ByteRangeSet())
                     }
                     result = .segments(outcome)
                     break loop
@@ -123,7 +124,8 @@ extension DownloadEngine {
                         await stopAll(connections)
                         connections = [:]
                         let outcome = state.withLock { state in
-                            state.machine.segmentsEnded(
+                            defer { state.segments = nil }
+                            return state.machine.segmentsEnded(
                                 .fail(failure), present: state.segments?.present ?? ByteRangeSet())
                         }
                         result = .segments(outcome)
@@ -148,7 +150,7 @@ extension DownloadEngine {
         continuation.finish()
         state.withLock { state in
             state.signals = nil
-            // Whatever the phase wrote is what the token describes.
+            // A phase stopped without an outcome (a pause, the deadline): what it wrote is what the token describes.
             if let present = state.segments?.present { state.machine.segmentsProgressed(present) }
         }
         // Cancelled: the caller sees the stop; what is returned does not matter.

@@ -80,6 +80,8 @@ struct ResumeStateMachine: Sendable {
         /// The offset one past the last body byte the answer announced; `nil` when unknown.
         var bodyEnd: Int64?
         var bodyAccepted = false
+        /// The answer goes on past `bodyEnd` (into a completed range): the transfer stops at `bodyEnd`.
+        var stopsBeforeItsEnd = false
     }
 
     /// The resume state; changed only here.
@@ -105,6 +107,9 @@ struct ResumeStateMachine: Sendable {
     private(set) var ignoresEntityTagIfRange = false
     /// A multi-connection phase found the server's answers to segments unusable: one connection from then on.
     private var segmentsRefused = false
+    /// The completed ranges before the last body piece joined them to the prefix, so a failed write can give them
+    /// back (``revertBody(to:)``).
+    private var absorbedRanges: ByteRangeSet?
 
     init(state: ResumeState, maximumRedirects: Int) {
         self.state = state
@@ -259,11 +264,9 @@ struct ResumeStateMachine: Sendable {
                 return restartOrFail(.unjoinablePartial("Content-Length \(declared) disagrees with \(header)"), current)
             }
         }
-        if let next = state.completedRanges.ranges.first, last >= next.lowerBound {
-            // Only the gap before the next completed range was asked for; more would overwrite bytes already there.
-            return restartOrFail(
-                .unjoinablePartial("it ends at \(last), beyond the \(next.lowerBound - 1) asked for"), current)
-        }
+        // Only the gap before the next completed range was asked for. A 206 that goes on (same representation, as
+        // checked below) is read up to that range and no further: the transfer stops there.
+        let gapEnd = state.completedRanges.ranges.first.map { min($0.lowerBound, last + 1) }
         if joining {
             // Joined only when the server checked a strong validator (`If-Range`), or the 206 carries the stored
             // strong entity tag where the server is known to ignore entity-tag If-Ranges, and whatever validators
@@ -282,8 +285,8 @@ struct ResumeStateMachine: Sendable {
         finalHead = head
         lastStatus = 206
         exchange = Exchange(
-            sentRange: current.sentRange, sentIfRange: current.sentIfRange, isPartial: true, bodyEnd: last + 1,
-            bodyAccepted: true)
+            sentRange: current.sentRange, sentIfRange: current.sentIfRange, isPartial: true,
+            bodyEnd: gapEnd ?? last + 1, bodyAccepted: true, stopsBeforeItsEnd: gapEnd.map { $0 < last + 1 } ?? false)
         let event: DownloadEvent =
             state.offset > 0
             ? .resumed(atOffset: state.offset, expectedLength: state.expectedLength)
@@ -433,8 +436,18 @@ struct ResumeStateMachine: Sendable {
     /// Throws when the body runs past what its head announced: those bytes must never reach the file.
     @discardableResult
     mutating func receiveBody(count: Int) throws(ResumableError) -> Int64 {
+        try receiveBody(upTo: count).position
+    }
+
+    /// Accounts for up to `count` body bytes: returns where they go and how many of them to write, fewer when the
+    /// answer goes on past the gap it fills (then the transfer stops once they are written: ``bodyIsComplete``).
+    mutating func receiveBody(upTo count: Int) throws(ResumableError) -> (position: Int64, count: Int) {
         guard let current = exchange, current.bodyAccepted else {
             throw ResumableError(.protocolViolation, "body bytes without an accepted response")
+        }
+        var count = count
+        if current.stopsBeforeItsEnd, let bodyEnd = current.bodyEnd {
+            count = Int(min(Int64(count), max(bodyEnd - state.offset, 0)))
         }
         let position = state.offset
         let (end, overflow) = position.addingReportingOverflow(Int64(count))
@@ -448,15 +461,29 @@ struct ResumeStateMachine: Sendable {
             )
         }
         state.offset = end
+        absorbedRanges = nil
         if let next = state.completedRanges.ranges.first, end >= next.lowerBound {
             // The gap is filled: the prefix now runs on through the completed range after it.
+            absorbedRanges = state.completedRanges
             state.absorbCompletedRanges()
         }
-        return position
+        return (position, count)
     }
 
-    /// Takes back body bytes that could not be written: the offset is where the failed write began.
+    /// Whether the accepted answer's body is all written although its transfer goes on (it ran past the gap it
+    /// fills): the engine stops the transfer, which then ends as if the body had.
+    var bodyIsComplete: Bool {
+        guard let current = exchange, current.stopsBeforeItsEnd, let bodyEnd = current.bodyEnd else { return false }
+        return state.offset >= bodyEnd
+    }
+
+    /// Takes back body bytes that could not be written: the offset is where the failed write began, and a completed
+    /// range the write would have joined to the prefix is a range again.
     mutating func revertBody(to position: Int64) {
+        if let absorbedRanges {
+            state.completedRanges = absorbedRanges
+            self.absorbedRanges = nil
+        }
         state.offset = min(state.offset, position)
     }
 
@@ -469,7 +496,8 @@ struct ResumeStateMachine: Sendable {
             return error.isTransient ? .retry(error) : .fail(error)
         }
         exchange = nil
-        if let error {
+        // A transfer stopped once the gap it fills was written ended as its body should have.
+        if let error, !(current.stopsBeforeItsEnd && current.bodyEnd.map { state.offset >= $0 } == true) {
             return error.isTransient ? .retry(error) : .fail(error)
         }
         if let bodyEnd = current.bodyEnd, state.offset < bodyEnd {

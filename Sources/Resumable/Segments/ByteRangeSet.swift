@@ -33,6 +33,17 @@ struct ByteRangeSet: Hashable, Sendable {
     /// Adds `range`, merging it with the ranges it overlaps or touches.
     mutating func insert(_ range: Range<Int64>) {
         guard !range.isEmpty else { return }
+        // The common case, a segment growing by one write: extend the range it continues, in place.
+        if let index = ranges.firstIndex(where: {
+            $0.lowerBound <= range.lowerBound && range.lowerBound <= $0.upperBound
+        }),
+            index + 1 == ranges.count || range.upperBound < ranges[index + 1].lowerBound
+        {
+            if range.upperBound > ranges[index].upperBound {
+                ranges[index] = ranges[index].lowerBound..<range.upperBound
+            }
+            return
+        }
         var lower = range.lowerBound
         var upper = range.upperBound
         var kept: [Range<Int64>] = []

@@ -179,6 +179,8 @@ struct SegmentSchedule: Sendable {
     mutating func wrote(connection id: Int, count: Int, now: ContinuousClock.Instant = .now) -> Bool {
         guard var connection = connections[id] else { return true }
         let start = connection.next
+        // Another connection may have taken over the rest meanwhile: only bytes up to the end count here.
+        let count = Int(min(Int64(count), max(connection.end - connection.next, 0)))
         connection.next += Int64(count)
         connection.lastActivity = now
         connection.received = true

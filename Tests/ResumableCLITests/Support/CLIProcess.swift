@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackServer
 import Synchronization
 import Testing
 
@@ -63,7 +64,7 @@ final class CLIProcess: Sendable {
         process.standardOutput = stdout
         process.standardError = stderr
         process.standardInput = FileHandle.nullDevice
-        try process.run()
+        try process.runSerialized()
         pid = process.processIdentifier
         self.process = Mutex(process)
         collect(stdout.fileHandleForReading, isStandardError: false)

@@ -208,7 +208,7 @@ enum GzipFixture {
         let output = Pipe()
         process.standardInput = input
         process.standardOutput = output
-        guard (try? process.run()) != nil else { return [] }
+        guard (try? process.runSerialized()) != nil else { return [] }
         let writer = Thread {
             input.fileHandleForWriting.write(Data(bytes))
             try? input.fileHandleForWriting.close()

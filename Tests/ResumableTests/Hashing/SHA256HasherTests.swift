@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackServer
 import Testing
 
 @testable import Resumable
@@ -125,7 +126,7 @@ struct SHA256HasherTests {
             process.arguments = ["openssl", "dgst", "-sha256", "-r", path]
             let pipe = Pipe()
             process.standardOutput = pipe
-            try process.run()
+            try process.runSerialized()
             let data = pipe.fileHandleForReading.readDataToEndOfFile()
             process.waitUntilExit()
             guard process.terminationStatus == 0 else { return "openssl failed: \(process.terminationStatus)" }

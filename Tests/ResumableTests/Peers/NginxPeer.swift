@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackServer
 
 #if canImport(Glibc)
     import Glibc
@@ -254,7 +255,7 @@ final class NginxPeer: Sendable {
         process.arguments = ["-V"]
         process.standardOutput = pipe
         process.standardError = pipe
-        guard (try? process.run()) != nil else { return all }
+        guard (try? process.runSerialized()) != nil else { return all }
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let flags = String(decoding: data, as: UTF8.self)

@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackServer
 import Synchronization
 
 #if canImport(Glibc)
@@ -128,7 +129,7 @@ final class PeerProcess: Sendable {
         sigemptyset(&unblocked)
         pthread_sigmask(SIG_SETMASK, &unblocked, &saved)
         defer { pthread_sigmask(SIG_SETMASK, &saved, nil) }
-        try process.run()
+        try process.runSerialized()
     }
 
     /// Sends `signal` to the process at once, without waiting: a thread of its own waits for the exit, sends

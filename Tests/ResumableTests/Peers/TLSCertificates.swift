@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackServer
 import Synchronization
 
 /// Certificates for the TLS tests, made with the `openssl` command once per test process and shared by every test
@@ -233,7 +234,7 @@ struct TLSCertificates: Sendable {
         let errorHandle = try FileHandle(forWritingTo: errors)
         process.standardOutput = outputHandle
         process.standardError = errorHandle
-        try process.run()
+        try process.runSerialized()
         process.waitUntilExit()
         try? outputHandle.close()
         try? errorHandle.close()

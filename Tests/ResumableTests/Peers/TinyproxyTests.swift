@@ -521,7 +521,7 @@ enum ResumableBinary {
             process.standardOutput = try FileHandle(forWritingTo: output)
             process.standardError = try FileHandle(forWritingTo: errors)
             process.standardInput = FileHandle.nullDevice
-            try process.run()
+            try process.runSerialized()
             process.waitUntilExit()
             return Outcome(
                 status: process.terminationStatus,

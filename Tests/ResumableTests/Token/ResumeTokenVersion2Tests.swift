@@ -85,8 +85,8 @@ struct ResumeTokenVersion2Tests {
         #expect(next.headers.first { $0.name == "Range" }?.value == "bytes=3145728-3670015")
     }
 
-    @Test("A 206 running into a completed range is not joined: the download restarts in a new file")
-    func overlongPartialRestarts() throws {
+    @Test("A 206 running on into a completed range is read up to that range only; nothing on disk is dropped")
+    func overlongPartialStopsAtTheRange() throws {
         let data = try Data(contentsOf: Fixtures.url("tokens/valid/with-ranges.json"))
         let token = try ResumeToken(jsonData: data)
         var machine = ResumeStateMachine(
@@ -98,7 +98,19 @@ struct ResumeTokenVersion2Tests {
                 HTTPHeader(name: "Content-Range", value: "bytes 1048576-4194303/4194304"),
                 HTTPHeader(name: "ETag", value: token.etag!),
             ])
-        #expect(machine.receive(head).written == nil)
-        #expect(machine.nextRequest().newFile != nil)
+        #expect(machine.receive(head).written?.offset == 1_048_576)
+        let first = try machine.receiveBody(upTo: 1_000_000)
+        #expect(first.position == 1_048_576 && first.count == 1_000_000)
+        #expect(!machine.bodyIsComplete)
+        let second = try machine.receiveBody(upTo: 1_000_000)
+        #expect(second.count == 48_576)
+        #expect(machine.bodyIsComplete)
+        #expect(machine.offset == 3_145_728)
+        guard case .requestAgain = machine.responseEnded(error: ResumableError(.cancelled, "stopped at the range"))
+        else {
+            Issue.record("expected the next gap to be asked")
+            return
+        }
+        #expect(machine.nextRequest().newFile == nil)
     }
 }
