@@ -96,12 +96,12 @@ extension DownloadEngine {
 
     /// Writes a piece of an accepted body where the machine, or the schedule of a multi-connection phase, says.
     private func receive(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
-        if state.withLock({ $0.segments != nil }) {
-            return try receiveSegment(body, connection: connection)
-        }
         let count = body.count
-        let (emit, checkpoint, complete) = try state.withLock {
-            (state) throws(ResumableError) -> (Bool, ResumeToken?, Bool) in
+        // One lock per piece on the single-connection path: whether a multi-connection phase owns the body is
+        // checked inside it.
+        let single = try state.withLock {
+            (state) throws(ResumableError) -> (emit: Bool, checkpoint: ResumeToken?, complete: Bool)? in
+            if state.segments != nil { return nil }
             guard state.stop == nil, !state.ended else {
                 throw ResumableError(.cancelled, "the download was cancelled")
             }
@@ -124,6 +124,9 @@ extension DownloadEngine {
             let emit = state.progress.add(count)
             let checkpoint = checkpoints.claimPeriodic() ? state.machine.state.token() : nil
             return (emit, checkpoint, state.machine.bodyIsComplete)
+        }
+        guard let (emit, checkpoint, complete) = single else {
+            return try receiveSegment(body, connection: connection)
         }
         if emit { emitProgress() }
         if let checkpoint { checkpoints.schedule(checkpoint, file: state.withLock { $0.file }) }
