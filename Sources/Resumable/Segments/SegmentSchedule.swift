@@ -9,9 +9,10 @@ import Foundation
 ///   among the connections wanted, never into segments under the minimum length.
 /// - **Work stealing.** A connection that finished takes the first range nobody fetches, else half of the
 ///   largest remaining segment, whose connection stops early.
-/// - **Stalls.** A segment that received nothing for the stall timeout, while others progress or when it is the
-///   last one working, is stopped and asked again on a fresh connection; stalls in a row without a byte between
-///   them count as failures, and end the phase to back off.
+/// - **Stalls.** A segment that received nothing for the stall timeout, while the others wrote at least a minimum
+///   segment's worth since its last byte, or when it is the last one working, is stopped and asked again on a
+///   fresh connection; stalls in a row without a byte between them count as failures, and end the phase to back
+///   off.
 /// - **Back-off.** An overloaded answer (`503`, `429`), or a connection that fails before its response, lowers
 ///   the number of connections; when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)``
 ///   and the engine backs off.
@@ -54,6 +55,8 @@ struct SegmentSchedule: Sendable {
         var end: Int64
         var accepted: Bool
         var lastActivity: ContinuousClock.Instant
+        /// ``bytesWritten`` (all connections) at ``lastActivity``: what the others wrote since.
+        var writtenAtLastActivity: Int64 = 0
         /// Whether any body byte arrived.
         var received = false
         /// Set when the head was judged unusable; reported when the transfer ends.
@@ -154,6 +157,7 @@ struct SegmentSchedule: Sendable {
     {
         guard var connection = connections[id], !connection.stopped else { return false }
         connection.lastActivity = now
+        connection.writtenAtLastActivity = bytesWritten
         if case .join(let end) = verdict {
             connection.accepted = true
             connection.end = min(connection.end, end)
@@ -184,9 +188,10 @@ struct SegmentSchedule: Sendable {
         connection.next += Int64(count)
         connection.lastActivity = now
         connection.received = true
-        connections[id] = connection
         present.insert(start..<connection.next)
         bytesWritten += Int64(count)
+        connection.writtenAtLastActivity = bytesWritten
+        connections[id] = connection
         failuresInARow = 0
         return connection.next >= connection.end
     }
@@ -275,15 +280,18 @@ struct SegmentSchedule: Sendable {
     /// Called regularly: stops stalled segments and steers the automatic count.
     mutating func tick(now: ContinuousClock.Instant = .now) -> Step {
         var actions: [Action] = []
-        // A stall counts only while another connection makes progress: if all stall, the network is down, and the
-        // idle timeout of each transfer decides.
-        // A stall counts while another connection makes progress, or when the stalled one is the last one working (a
-        // stuck last segment). When several stall at once, the network is likely down: each transfer's idle timeout
-        // decides, and the download backs off.
+        // A stall counts while other connections make progress, or when the stalled one is the last one working (a
+        // stuck last segment). Progress means recent bytes, and at least a minimum segment's worth of them since the
+        // stalled one's last byte: a connection that merely answered later than its peers (a busy machine, a slow
+        // handshake) is not a stuck one. When several stall at once, the network is likely down: each transfer's
+        // idle timeout decides, and the download backs off.
         let working = connections.values.filter { !$0.stopped }
         let progressing = working.contains { now - $0.lastActivity < settings.stallTimeout }
-        for (id, connection) in connections where !connection.stopped && (progressing || working.count == 1) {
-            if now - connection.lastActivity >= settings.stallTimeout {
+        for (id, connection) in connections where !connection.stopped {
+            guard now - connection.lastActivity >= settings.stallTimeout else { continue }
+            let overtaken =
+                progressing && bytesWritten - connection.writtenAtLastActivity >= settings.minimumSegmentLength
+            if overtaken || working.count == 1 {
                 connections[id]?.stopped = true
                 connections[id]?.stalled = true
                 actions.append(.stop(connection: id))
@@ -374,7 +382,8 @@ struct SegmentSchedule: Sendable {
             let id = nextIdentifier
             nextIdentifier += 1
             connections[id] = Connection(
-                requested: range, next: range.lowerBound, end: range.upperBound, accepted: false, lastActivity: now)
+                requested: range, next: range.lowerBound, end: range.upperBound, accepted: false, lastActivity: now,
+                writtenAtLastActivity: bytesWritten)
             actions.append(.request(connection: id, range: range))
             wanted -= 1
         }
