@@ -19,7 +19,7 @@ extension DownloadEngine {
     }
 
     /// How often the schedule looks at stalls and the automatic connection count.
-    static let tickInterval: Duration = .milliseconds(50)
+    static let tickInterval: Duration = .milliseconds(20)
 
     func transportRequest(_ request: ResumeStateMachine.Request) -> TransportRequest {
         TransportRequest(

@@ -6,7 +6,9 @@ import Foundation
 /// decides what each connection does next, and its mutating methods return the ``Action``s its owner
 /// (``DownloadEngine``) performs:
 /// - **Splitting.** The response that started the download is the first segment. The rest is split evenly
-///   among the connections wanted, never into segments under the minimum length.
+///   among the connections wanted, never into segments under the minimum length. Whenever several connections
+///   start at once (a step of the automatic count too), every working connection keeps an even share of what is
+///   left and gives up the rest to the newcomers, so that all end together.
 /// - **Work stealing.** A connection that finished takes the first range nobody fetches, else half of the
 ///   largest remaining segment, whose connection stops early.
 /// - **Stalls.** A segment that received nothing for the stall timeout, while the others wrote at least a minimum
@@ -378,7 +380,11 @@ struct SegmentSchedule: Sendable {
     private mutating func fill(now: ContinuousClock.Instant) -> [Action] {
         var actions: [Action] = []
         var wanted = target - connections.values.filter { !$0.stopped }.count
-        while wanted > 0, let range = takeWork(sharingWith: wanted) {
+        guard wanted > 0 else { return [] }
+        // Several at once (the first split, a step of the automatic count): every connection ends up with an even
+        // share, so that all of them end together instead of one long segment finishing alone.
+        let share = wanted > 1 ? rebalance(newcomers: wanted) : nil
+        while wanted > 0, let range = takeWork(sharingWith: wanted, share: share) {
             let id = nextIdentifier
             nextIdentifier += 1
             connections[id] = Connection(
@@ -390,16 +396,35 @@ struct SegmentSchedule: Sendable {
         return actions
     }
 
-    /// The next range for a new connection: the first one nobody fetches (at most an even share of it when
-    /// `newcomers` connections are starting), else a share of the largest remaining segment.
-    private mutating func takeWork(sharingWith newcomers: Int) -> Range<Int64>? {
-        let minimum = max(settings.minimumSegmentLength, 1)
+    /// The bytes nobody has or fetches.
+    private var claimed: ByteRangeSet {
         var claimed = present
         for connection in connections.values where connection.next < connection.end {
             claimed.insert(connection.next..<connection.end)
         }
+        return claimed
+    }
+
+    /// Before `newcomers` connections start at once: each working connection keeps an even share of what is left
+    /// (never leaving a piece under the minimum), and gives up the rest, which nobody fetches until the newcomers
+    /// take it. Returns the share.
+    private mutating func rebalance(newcomers: Int) -> Int64 {
+        let minimum = max(settings.minimumSegmentLength, 1)
+        let working = connections.filter { !$0.value.stopped }
+        let left = total - claimed.count + working.values.reduce(0) { $0 + max($1.end - $1.next, 0) }
+        let share = max(minimum, left / Int64(working.count + newcomers))
+        for (id, connection) in working where connection.end - connection.next - share >= minimum {
+            connections[id]?.end = connection.next + share
+        }
+        return share
+    }
+
+    /// The next range for a new connection: the first one nobody fetches (at most `share` of it, or an even share
+    /// among the `newcomers`), else a share of the largest remaining segment.
+    private mutating func takeWork(sharingWith newcomers: Int, share: Int64? = nil) -> Range<Int64>? {
+        let minimum = max(settings.minimumSegmentLength, 1)
         if let gap = claimed.gaps(in: 0..<total).first {
-            let share = max(minimum, (gap.upperBound - gap.lowerBound) / Int64(newcomers))
+            let share = share ?? max(minimum, (gap.upperBound - gap.lowerBound) / Int64(newcomers))
             let end = gap.upperBound - gap.lowerBound - share < minimum ? gap.upperBound : gap.lowerBound + share
             return gap.lowerBound..<end
         }

@@ -203,4 +203,32 @@ struct SegmentScheduleTests {
         #expect(back.actions.count == 14)
         #expect(Set(back.actions) == Set(more.keys.map { SegmentSchedule.Action.stop(connection: $0) }))
     }
+
+    @Test("When the count grows by several, every connection is left an even share, so that all end together")
+    func rampRebalances() throws {
+        let start = ContinuousClock.now
+        let total: Int64 = 64 << 20
+        var schedule = schedule(total: total, connections: .automatic, now: start)
+        _ = schedule.start(now: start)
+        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
+        let second = Self.requests(schedule.tick(now: start + .milliseconds(100)).actions)
+        let id = try #require(second.keys.first)
+        _ = schedule.head(connection: id, verdict: .join(end: second[id]!.upperBound), now: start + .milliseconds(100))
+        _ = schedule.tick(now: start + .milliseconds(110))
+        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(200))
+        _ = schedule.wrote(connection: id, count: 1 << 20, now: start + .milliseconds(200))
+        let more = Self.requests(schedule.tick(now: start + .milliseconds(210)).actions)
+        #expect(more.count == 14)
+        // What each of the sixteen has left: the two that were working gave up most of theirs.
+        var left: [Int64] = more.values.map { $0.upperBound - $0.lowerBound }
+        for existing in [0, id] {
+            left.append(Int64(schedule.placement(connection: existing, count: .max)?.count ?? 0))
+        }
+        let missing = total - 3 * Self.mebibyte
+        #expect(left.reduce(0, +) == missing, "nothing is lost or fetched twice")
+        #expect(left.max()! - left.min()! < Self.mebibyte, "\(left.sorted())")
+        // The new ranges do not overlap each other or what the two keep.
+        let ranges = more.values.sorted { $0.lowerBound < $1.lowerBound }
+        #expect(zip(ranges, ranges.dropFirst()).allSatisfy { $0.upperBound <= $1.lowerBound })
+    }
 }
