@@ -11,13 +11,14 @@ import Foundation
 ///   left and gives up the rest to the newcomers, so that all end together.
 /// - **Work stealing.** A connection that finished takes the first range nobody fetches, else half of the
 ///   largest remaining segment, whose connection stops early.
-/// - **Stalls.** A segment that received nothing for the stall timeout, while the others wrote at least a minimum
-///   segment's worth since its last byte, or when it is the last one working, is stopped and asked again on a
-///   fresh connection; stalls in a row without a byte between them count as failures, and end the phase to back
-///   off.
+/// - **Stalls.** A segment that received nothing for the stall timeout while the others keep receiving (and wrote
+///   a minimum segment's worth since its last byte, or it stayed silent for twice the stall timeout), or when it
+///   is the last one working, is stopped and asked again on a fresh connection; stalls in a row without a byte
+///   between them count as failures, and end the phase to back off.
 /// - **Back-off.** An overloaded answer (`503`, `429`), or a connection that fails before its response, lowers
-///   the number of connections; when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)``
-///   and the engine backs off.
+///   the number of connections and does not count as a failure in a row (many `503`s beyond a limit are one
+///   answer); when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)`` and the
+///   engine backs off.
 /// - **Automatic count.** ``DownloadTask/Connections/automatic`` starts with one connection and doubles the count
 ///   while the total rate grows by at least ``rampGain``, going back when a step did not help.
 ///
@@ -59,8 +60,6 @@ struct SegmentSchedule: Sendable {
         var lastActivity: ContinuousClock.Instant
         /// ``bytesWritten`` (all connections) at ``lastActivity``: what the others wrote since.
         var writtenAtLastActivity: Int64 = 0
-        /// Whether any body byte arrived.
-        var received = false
         /// Set when the head was judged unusable; reported when the transfer ends.
         var verdict: ResumeStateMachine.SegmentVerdict?
         /// Set when this schedule stopped the connection (a stall, fewer connections).
@@ -189,7 +188,6 @@ struct SegmentSchedule: Sendable {
         let count = Int(min(Int64(count), max(connection.end - connection.next, 0)))
         connection.next += Int64(count)
         connection.lastActivity = now
-        connection.received = true
         present.insert(start..<connection.next)
         bytesWritten += Int64(count)
         connection.writtenAtLastActivity = bytesWritten
@@ -228,7 +226,8 @@ struct SegmentSchedule: Sendable {
                 let cause = error ?? ResumableError(.incompleteBody, "a segment's body ended early")
                 guard cause.isTransient else { return Step(actions: stopAll(), end: .fail(cause), failure: failure) }
                 // A connection refused or cut before its answer, while others work: likely a limit on connections.
-                if let end = failed(cause, lowering: !connection.received) {
+                // One whose 206 was accepted and then went silent is a stall the transport timed out, not a refusal.
+                if let end = failed(cause, lowering: !connection.accepted) {
                     return Step(actions: stopAll(), end: end, failure: failure)
                 }
             }
@@ -264,17 +263,21 @@ struct SegmentSchedule: Sendable {
 
     /// Counts a failed segment; lowers the count when asked. Returns an end when no connection is left working or
     /// failures keep coming without progress.
+    ///
+    /// A failure that lowers the count (an overloaded server, a refused connection) does not count towards
+    /// ``maximumFailuresInARow``: twelve `503`s for the twelve connections beyond a limit of four are one answer,
+    /// "four", not a reason to give up on the four that work. Lowering cannot loop: no connection is opened
+    /// beyond those still working, so the phase ends once none is left.
     private mutating func failed(_ error: ResumableError, lowering: Bool) -> ResumeStateMachine.SegmentsEnd? {
-        failuresInARow += 1
         lastError = error
-        if connections.isEmpty || failuresInARow > Self.maximumFailuresInARow {
-            return .retry(error)
-        }
+        if connections.isEmpty { return .retry(error) }
         if lowering {
             target = max(1, min(target, connections.count))
             ramp = .backedOff
+            return nil
         }
-        return nil
+        failuresInARow += 1
+        return failuresInARow > Self.maximumFailuresInARow ? .retry(error) : nil
     }
 
     // MARK: - Time
@@ -283,16 +286,20 @@ struct SegmentSchedule: Sendable {
     mutating func tick(now: ContinuousClock.Instant = .now) -> Step {
         var actions: [Action] = []
         // A stall counts while other connections make progress, or when the stalled one is the last one working (a
-        // stuck last segment). Progress means recent bytes, and at least a minimum segment's worth of them since the
-        // stalled one's last byte: a connection that merely answered later than its peers (a busy machine, a slow
-        // handshake) is not a stuck one. When several stall at once, the network is likely down: each transfer's
-        // idle timeout decides, and the download backs off.
+        // stuck last segment). Progress means recent bytes, and either a minimum segment's worth of them since the
+        // stalled one's last byte or twice the stall timeout of silence: a connection that merely answered later than
+        // its peers (a busy machine, a slow handshake) is not a stuck one, and one stuck beside slow peers is still
+        // found long before the transport's idle timeout. When several stall at once, the network is likely down:
+        // each transfer's idle timeout decides, and the download backs off.
         let working = connections.values.filter { !$0.stopped }
         let progressing = working.contains { now - $0.lastActivity < settings.stallTimeout }
         for (id, connection) in connections where !connection.stopped {
-            guard now - connection.lastActivity >= settings.stallTimeout else { continue }
+            let silence = now - connection.lastActivity
+            guard silence >= settings.stallTimeout else { continue }
             let overtaken =
-                progressing && bytesWritten - connection.writtenAtLastActivity >= settings.minimumSegmentLength
+                progressing
+                && (bytesWritten - connection.writtenAtLastActivity >= settings.minimumSegmentLength
+                    || silence >= settings.stallTimeout * 2)
             if overtaken || working.count == 1 {
                 connections[id]?.stopped = true
                 connections[id]?.stalled = true

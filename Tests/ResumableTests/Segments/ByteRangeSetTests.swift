@@ -123,6 +123,27 @@ struct SegmentScheduleTests {
         #expect(taken.values.first?.lowerBound == 12 * Self.mebibyte)
     }
 
+    @Test("Twelve 503s in a row for the connections beyond a limit of four lower the count; the four go on")
+    func manyOverloadsAreOneAnswer() {
+        var schedule = schedule(total: 64 << 20, connections: .fixed(16))
+        let started = Self.requests(schedule.start().actions)
+        #expect(started.count == 15)
+        let overloaded = ResumableError(.httpStatus, "503", httpStatus: 503)
+        // Connections 1, 2 and 3 are accepted (with 0, the limit of four); the twelve others are refused before
+        // any byte arrives anywhere.
+        for id in 1...3 {
+            _ = schedule.head(connection: id, verdict: .join(end: started[id]!.upperBound))
+        }
+        for id in 4...15 {
+            _ = schedule.head(connection: id, verdict: .overloaded(overloaded))
+            let step = schedule.ended(connection: id, error: nil)
+            #expect(step.end == nil, "connection \(id)")
+            #expect(Self.requests(step.actions).isEmpty, "no connection beyond those working")
+        }
+        #expect(schedule.target == 4)
+        #expect(schedule.activeCount == 4)
+    }
+
     @Test("A changed file ends the phase with a restart and stops every connection")
     func changedFileRestarts() {
         var schedule = schedule()
