@@ -209,7 +209,7 @@ struct BehaviorTests {
         let output = Pipe()
         process.standardInput = input
         process.standardOutput = output
-        try process.run()
+        try process.runSerialized()
         let writer = Thread {
             input.fileHandleForWriting.write(Data(data))
             try? input.fileHandleForWriting.close()

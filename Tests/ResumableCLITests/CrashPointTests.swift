@@ -301,7 +301,7 @@ final class CrashLab {
         process.standardInput = FileHandle.nullDevice
         let (exited, continuation) = AsyncStream<Void>.makeStream()
         process.terminationHandler = { _ in continuation.finish() }
-        try process.run()
+        try process.runSerialized()
         let pid = process.processIdentifier
         let watchdog = Task {
             try await Task.sleep(for: CLIProcess.deadline)

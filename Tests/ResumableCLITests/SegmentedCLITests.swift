@@ -156,7 +156,14 @@ struct SegmentedCLITests {
         let progress = events.filter { $0["event"] as? String == "progress" }
         #expect(!progress.isEmpty)
         #expect(progress.allSatisfy { $0["connections"] is Int }, "every progress event has 'connections'")
-        #expect(!events.contains { $0["event"] as? String == "segment-failed" })
+        // Nothing failed, except that a connection starved for the stall timeout on a loaded machine (the writes of
+        // a whole test suite going to one disk) is a stall, asked again on a fresh connection: that is the rule
+        // working, not a failure of this run.
+        let failed = events.filter {
+            $0["event"] as? String == "segment-failed"
+                && ($0["error"] as? [String: Any])?["code"] as? String != "timedOut"
+        }
+        #expect(failed.isEmpty, "\(failed)")
         let final = try jsonObject(result.stdout)
         #expect(final["status"] as? String == "completed")
     }
