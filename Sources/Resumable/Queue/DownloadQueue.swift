@@ -1,0 +1,516 @@
+import Foundation
+
+/// Runs many downloads: a limit on how many run at once (in all and per host), priorities, first in first out
+/// within a priority, pause, resume, cancel and reordering, and one stream of events for all of them.
+///
+/// With a ``TaskStore``, the queue survives crashes and restarts: every unfinished download's record (its place,
+/// state and last checkpoint token) is on disk, and ``restore()`` brings each one back where its checkpoint says.
+///
+/// ```swift
+/// let store = try TaskStore(directory: stateDirectory)
+/// let queue = DownloadQueue(configuration: .init(maximumConcurrentDownloads: 4), store: store)
+/// _ = await queue.restore()
+/// for url in urls { _ = try await queue.add(url, destination: .directory(downloads)) }
+/// let summary = await queue.waitUntilIdle()
+/// ```
+///
+/// ``QueueSchedule`` decides which downloads run; the queue performs its decisions.
+public actor DownloadQueue {
+    /// Identifies a download in a queue and in its ``TaskStore``.
+    public struct TaskID: Hashable, Sendable, CustomStringConvertible, Comparable {
+        let uuid: UUID
+
+        init() { uuid = UUID() }
+
+        /// Parses the lowercase UUID form of ``description``.
+        public init?(_ text: String) {
+            guard text.count == 36, let uuid = UUID(uuidString: text), uuid.uuidString.lowercased() == text else {
+                return nil
+            }
+            self.uuid = uuid
+        }
+
+        public var description: String { uuid.uuidString.lowercased() }
+
+        public static func < (lhs: TaskID, rhs: TaskID) -> Bool { lhs.description < rhs.description }
+    }
+
+    /// How a queue runs its downloads.
+    public struct Configuration: Sendable {
+        /// Downloads running at once, in all (at least 1).
+        public var maximumConcurrentDownloads: Int
+        /// Downloads running at once on one host: scheme, host and port (at least 1).
+        public var maximumConcurrentDownloadsPerHost: Int
+        /// The configuration of every download. With a ``TaskStore``, its `temporaryDirectory` and
+        /// `checkpointing` are the store's.
+        public var download: DownloadTask.Configuration
+
+        /// - Parameters:
+        ///   - maximumConcurrentDownloads: Downloads running at once, in all.
+        ///   - maximumConcurrentDownloadsPerHost: Downloads running at once on one host; by default the same.
+        ///   - download: The configuration of every download.
+        public init(
+            maximumConcurrentDownloads: Int = 4,
+            maximumConcurrentDownloadsPerHost: Int? = nil,
+            download: DownloadTask.Configuration = .default
+        ) {
+            self.maximumConcurrentDownloads = maximumConcurrentDownloads
+            self.maximumConcurrentDownloadsPerHost = maximumConcurrentDownloadsPerHost ?? maximumConcurrentDownloads
+            self.download = download
+        }
+
+        /// Four at once, four per host, the default download configuration.
+        public static let `default` = Configuration()
+    }
+
+    /// Where a download stands.
+    public enum State: Sendable {
+        /// Waiting for its turn.
+        case waiting
+        /// Running.
+        case running
+        /// Paused; ``DownloadQueue/resume(_:)`` puts it back in line.
+        case paused
+        /// It failed but can continue from its token; ``DownloadQueue/resume(_:)`` puts it back in line.
+        case failed(ResumableError)
+    }
+
+    /// A download in the queue.
+    public struct Item: Sendable {
+        public var id: TaskID
+        public var url: URL
+        public var destination: DownloadTask.Destination
+        public var priority: Int
+        public var state: State
+        /// Bytes on disk, as of the last progress or token.
+        public var bytesOnDisk: Int64
+        /// The file's size, when known.
+        public var expectedLength: Int64?
+        /// The recent rate of a running download, in bytes per second.
+        public var bytesPerSecond: Double
+    }
+
+    /// Something that happened to a download of the queue.
+    public enum Event: Sendable {
+        case added(TaskID)
+        /// It started (or continued from its token).
+        case started(TaskID)
+        /// An event of the running download: progress, retries, restarts, segments.
+        case download(TaskID, DownloadEvent)
+        /// It paused; the token is kept (in the store, when there is one).
+        case paused(TaskID)
+        /// It finished: the file is in place, and it left the queue.
+        case finished(TaskID, DownloadResult)
+        /// Restored from the store, it turned out to have finished before the crash; it left the queue.
+        case finishedEarlier(TaskID)
+        /// It failed. With a ``ResumableError/resumeToken`` it stays, as ``State/failed(_:)``, until resumed or
+        /// cancelled; without, it left the queue.
+        case failed(TaskID, ResumableError)
+        /// It was cancelled; its bytes were discarded and it left the queue.
+        case cancelled(TaskID)
+    }
+
+    /// How ``waitUntilIdle()`` found the queue.
+    public struct Summary: Sendable, Equatable {
+        public var finished: Int
+        public var failed: Int
+        public var cancelled: Int
+        /// Paused, or failed with a token: in the queue still.
+        public var waitingForResume: Int
+    }
+
+    private struct Entry {
+        var url: URL
+        var destination: DownloadTask.Destination
+        var priority: Int
+        var expectedSHA256: String?
+        var token: ResumeToken?
+        var failure: ResumableError?
+        var task: DownloadTask?
+        var cancelRequested = false
+        var progress: DownloadProgress?
+    }
+
+    private let configuration: Configuration
+    private let store: TaskStore?
+    private var schedule: QueueSchedule
+    private var entries: [TaskID: Entry] = [:]
+    private var subscribers: [UUID: AsyncStream<Event>.Continuation] = [:]
+    private var idleWaiters: [CheckedContinuation<Summary, Never>] = []
+    private var summary = Summary(finished: 0, failed: 0, cancelled: 0, waitingForResume: 0)
+
+    /// A queue with nothing in it.
+    ///
+    /// - Parameters:
+    ///   - configuration: Limits and the configuration of every download.
+    ///   - store: Where unfinished downloads are kept across restarts; `nil`: in memory only.
+    public init(configuration: Configuration = .default, store: TaskStore? = nil) {
+        self.configuration = configuration
+        self.store = store
+        self.schedule = QueueSchedule(
+            limits: .init(
+                concurrent: configuration.maximumConcurrentDownloads,
+                perHost: configuration.maximumConcurrentDownloadsPerHost))
+    }
+
+    // MARK: - Events
+
+    /// Every event of every download from now on. Each call returns a new stream; it ends when the queue is
+    /// released.
+    public func events() -> AsyncStream<Event> {
+        let (stream, continuation) = AsyncStream<Event>.makeStream()
+        let key = UUID()
+        subscribers[key] = continuation
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            Task { await self.unsubscribe(key) }
+        }
+        return stream
+    }
+
+    private func unsubscribe(_ key: UUID) { subscribers[key] = nil }
+
+    private func send(_ event: Event) {
+        for continuation in subscribers.values { continuation.yield(event) }
+    }
+
+    deinit {
+        for continuation in subscribers.values { continuation.finish() }
+    }
+
+    // MARK: - Adding and restoring
+
+    /// Adds a download behind the others of its priority; it starts when its turn comes (or waits, `paused`).
+    ///
+    /// - Throws: ``ResumableError/Code/invalidRequest`` for a URL that is not http(s), an invalid
+    ///   `expectedSHA256`, or (with a store) a URL with a user name or password, which a store never keeps;
+    ///   ``ResumableError/Code/fileSystem`` when the store cannot write the record.
+    @discardableResult
+    public func add(
+        _ url: URL,
+        destination: DownloadTask.Destination = .currentDirectory,
+        priority: Int = 0,
+        expectedSHA256: String? = nil,
+        paused: Bool = false
+    ) throws(ResumableError) -> TaskID {
+        guard HTTPURL.isSupported(url) else {
+            throw ResumableError(.invalidRequest, "not an http or https URL: \(HTTPURL.removingUserInfo(url))")
+        }
+        if store != nil, HTTPURL.hasUserInfo(url) {
+            throw ResumableError(
+                .invalidRequest,
+                "a URL with a user name or password cannot be kept in a task store; send credentials in a header")
+        }
+        var digest: String?
+        if let expectedSHA256 {
+            guard let normalized = SHA256Digest.normalized(expectedSHA256) else {
+                throw ResumableError(.invalidRequest, "expectedSHA256 must be 64 hexadecimal digits")
+            }
+            digest = normalized
+        }
+        let id = TaskID()
+        let entry = Entry(url: url, destination: destination, priority: priority, expectedSHA256: digest)
+        entries[id] = entry
+        let actions = schedule.add(id, host: Self.host(of: url), priority: priority, paused: paused)
+        do {
+            try persist(id, state: paused ? .paused : .queued, running: false)
+        } catch {
+            entries[id] = nil
+            _ = schedule.cancel(id)
+            throw error
+        }
+        send(.added(id))
+        perform(actions)
+        return id
+    }
+
+    /// Brings back every unfinished download of the store, in its place and state, and removes the temporary
+    /// files in the store that no download owns any more (see ``TaskStore``).
+    ///
+    /// - Returns: The record files that could not be used; they are left where they are.
+    @discardableResult
+    public func restore() -> [TaskStore.Problem] {
+        guard let store else { return [] }
+        let (records, problems) = store.load()
+        var referenced: Set<String> = []
+        var actions: [QueueSchedule.Action] = []
+        for record in records.sorted(by: { $0.order < $1.order }) where entries[record.id] == nil {
+            if let token = record.token { referenced.insert(token.tempPath) }
+            var entry = Entry(
+                url: record.url, destination: record.destination, priority: record.priority,
+                expectedSHA256: record.expectedSHA256, token: record.token)
+            if record.state == .failed {
+                entry.failure = ResumableError(.network, record.failure ?? "failed before the restart")
+            }
+            entry.progress = record.token.map {
+                DownloadProgress(
+                    bytesOnDisk: $0.offset, expectedLength: $0.expectedLength, resumedAtOffset: $0.offset,
+                    bytesTransferred: 0, bytesPerSecond: 0)
+            }
+            entries[record.id] = entry
+            actions += schedule.add(
+                record.id, host: Self.host(of: record.url), priority: record.priority,
+                paused: record.state != .queued, order: record.order)
+        }
+        store.removeUnownedTemporaryFiles(keeping: referenced)
+        perform(actions)
+        return problems
+    }
+
+    // MARK: - Control
+
+    /// Pauses a download: a running one stops into its token; a waiting one keeps its place without starting.
+    public func pause(_ id: TaskID) {
+        guard let phase = schedule.phase(of: id) else { return }
+        let actions = schedule.pause(id)
+        if phase == .waiting {
+            try? persist(id, state: .paused, running: false)
+            send(.paused(id))
+        }
+        perform(actions)
+    }
+
+    /// Pauses every download.
+    public func pauseAll() {
+        for id in schedule.order { pause(id) }
+    }
+
+    /// Puts a paused (or failed) download back in line.
+    public func resume(_ id: TaskID) {
+        guard schedule.phase(of: id) == .paused else { return }
+        entries[id]?.failure = nil
+        try? persist(id, state: .queued, running: false)
+        perform(schedule.resume(id))
+    }
+
+    /// Puts every paused or failed download back in line.
+    public func resumeAll() {
+        for id in schedule.order where schedule.phase(of: id) == .paused { resume(id) }
+    }
+
+    /// Cancels a download: it stops, its bytes are discarded and it leaves the queue.
+    public func cancel(_ id: TaskID) {
+        guard let phase = schedule.phase(of: id), var entry = entries[id] else { return }
+        let actions = schedule.cancel(id)
+        if phase == .running || phase == .pausing {
+            entry.cancelRequested = true
+            entries[id] = entry
+        } else {
+            entries[id] = nil
+            discardTemporaryFile(of: entry.token)
+            store?.remove(id)
+            summary.cancelled += 1
+            send(.cancelled(id))
+        }
+        perform(actions)
+    }
+
+    /// Changes a download's priority (higher runs first); it goes behind the others of that priority.
+    public func setPriority(_ id: TaskID, _ priority: Int) {
+        guard entries[id] != nil else { return }
+        entries[id]?.priority = priority
+        let actions = schedule.setPriority(id, priority)
+        try? persist(id, state: nil, running: nil)
+        perform(actions)
+    }
+
+    /// Moves a download to the front of its priority.
+    public func moveToFront(_ id: TaskID) {
+        let actions = schedule.moveToFront(id)
+        try? persist(id, state: nil, running: nil)
+        perform(actions)
+    }
+
+    /// Changes how many downloads run at once; running ones beyond a lower limit finish first.
+    public func setLimits(maximumConcurrentDownloads: Int, perHost: Int? = nil) {
+        perform(
+            schedule.setLimits(
+                .init(concurrent: maximumConcurrentDownloads, perHost: perHost ?? maximumConcurrentDownloads)))
+    }
+
+    // MARK: - Looking
+
+    /// The downloads in the queue, in the order they start.
+    public var items: [Item] {
+        schedule.order.compactMap { id in
+            guard let entry = entries[id], let phase = schedule.phase(of: id) else { return nil }
+            let state: State
+            switch phase {
+            case .waiting: state = .waiting
+            case .running, .pausing: state = .running
+            case .paused: state = entry.failure.map(State.failed) ?? .paused
+            }
+            return Item(
+                id: id, url: HTTPURL.removingUserInfo(entry.url), destination: entry.destination,
+                priority: entry.priority, state: state, bytesOnDisk: entry.progress?.bytesOnDisk ?? 0,
+                expectedLength: entry.progress?.expectedLength,
+                bytesPerSecond: phase == .running ? entry.progress?.bytesPerSecond ?? 0 : 0)
+        }
+    }
+
+    /// Waits until no download runs or waits (paused and failed ones may remain), then says how they ended
+    /// since the queue was made.
+    public func waitUntilIdle() async -> Summary {
+        if isIdle { return currentSummary }
+        return await withCheckedContinuation { idleWaiters.append($0) }
+    }
+
+    private var isIdle: Bool {
+        !schedule.order.contains { schedule.phase(of: $0) != .paused }
+    }
+
+    private var currentSummary: Summary {
+        var result = summary
+        result.waitingForResume = schedule.order.count
+        return result
+    }
+
+    private func wakeIdleWaitersIfIdle() {
+        guard isIdle, !idleWaiters.isEmpty else { return }
+        let waiters = idleWaiters
+        idleWaiters = []
+        for waiter in waiters { waiter.resume(returning: currentSummary) }
+    }
+
+    // MARK: - Performing the schedule's actions
+
+    private func perform(_ actions: [QueueSchedule.Action]) {
+        for action in actions {
+            switch action {
+            case .start(let id): start(id)
+            case .pause(let id):
+                if let task = entries[id]?.task {
+                    Task { _ = await task.cancelProducingResumeData() }
+                }
+            case .cancel(let id):
+                entries[id]?.task?.cancel()
+            }
+        }
+        wakeIdleWaitersIfIdle()
+    }
+
+    private func start(_ id: TaskID) {
+        guard let entry = entries[id] else { return }
+        var download = configuration.download
+        if let expected = entry.expectedSHA256 { download.expectedSHA256 = expected }
+        if let store {
+            download.temporaryDirectory = URL(fileURLWithPath: store.partialPath, isDirectory: true)
+            var checkpointing = DownloadTask.Checkpointing(
+                interval: download.checkpointing?.interval ?? .seconds(1)
+            ) { token in
+                try store.checkpoint(id, token: token)
+            }
+            checkpointing.finished = { _ in store.remove(id) }
+            download.checkpointing = checkpointing
+        }
+        let task: DownloadTask
+        do {
+            if let token = entry.token {
+                task = try DownloadTask.resume(from: token, destination: entry.destination, configuration: download)
+            } else {
+                task = try DownloadTask(url: entry.url, destination: entry.destination, configuration: download)
+            }
+            try persist(id, state: .queued, running: true)
+        } catch {
+            if error.code == .tokenGone {
+                // Its file was moved into place before the crash; only the record was left.
+                entries[id] = nil
+                store?.remove(id)
+                summary.finished += 1
+                send(.finishedEarlier(id))
+                perform(schedule.ended(id, paused: false))
+            } else {
+                ended(id, result: .failure(error))
+            }
+            return
+        }
+        entries[id]?.task = task
+        send(.started(id))
+        Task { [weak self] in
+            for await event in task.events {
+                await self?.forward(id, event)
+            }
+        }
+        Task { [weak self] in
+            let result = await task.result
+            await self?.ended(id, result: result)
+        }
+    }
+
+    private func forward(_ id: TaskID, _ event: DownloadEvent) {
+        if case .progress(let progress) = event { entries[id]?.progress = progress }
+        send(.download(id, event))
+    }
+
+    private func ended(_ id: TaskID, result: Result<DownloadResult, ResumableError>) {
+        guard var entry = entries[id] else { return }
+        entry.task = nil
+        switch result {
+        case .success(let download):
+            entries[id] = nil
+            store?.remove(id)
+            summary.finished += 1
+            send(.finished(id, download))
+            perform(schedule.ended(id, paused: false))
+        case .failure(let error) where entry.cancelRequested || error.code == .cancelled:
+            entries[id] = nil
+            store?.remove(id)
+            summary.cancelled += 1
+            send(.cancelled(id))
+            perform(schedule.ended(id, paused: false))
+        case .failure(let error):
+            if let token = error.resumeToken {
+                entry.token = token
+                entry.progress = DownloadProgress(
+                    bytesOnDisk: token.offset, expectedLength: token.expectedLength, resumedAtOffset: token.offset,
+                    bytesTransferred: 0, bytesPerSecond: 0)
+                let paused = error.code == .paused
+                entry.failure = paused ? nil : error
+                entries[id] = entry
+                try? persist(id, state: paused ? .paused : .failed, running: false)
+                if paused {
+                    send(.paused(id))
+                } else {
+                    summary.failed += 1
+                    send(.failed(id, error))
+                }
+                perform(schedule.ended(id, paused: true))
+            } else {
+                entries[id] = nil
+                store?.remove(id)
+                summary.failed += 1
+                send(.failed(id, error))
+                perform(schedule.ended(id, paused: false))
+            }
+        }
+    }
+
+    // MARK: - The store
+
+    /// Writes the download's record; `state` and `running` nil keep what was written last.
+    private func persist(_ id: TaskID, state: TaskRecord.State?, running: Bool?) throws(ResumableError) {
+        guard let store, let entry = entries[id], let order = schedule.orderOf(id) else { return }
+        let current = store.record(id)
+        let record = TaskRecord(
+            id: id, url: entry.url, destination: entry.destination, priority: entry.priority, order: order,
+            state: state ?? current?.state ?? .queued, expectedSHA256: entry.expectedSHA256,
+            token: current?.token ?? entry.token, failure: entry.failure?.message)
+        try store.save(record, running: running ?? store.isRunning(id))
+    }
+
+    /// Removes the temporary file a cancelled download's token names, when it is the store's.
+    private func discardTemporaryFile(of token: ResumeToken?) {
+        guard let store, let token else { return }
+        let path = token.tempPath
+        guard (path as NSString).deletingLastPathComponent == store.partialPath,
+            TemporaryFileName.isValid((path as NSString).lastPathComponent)
+        else { return }
+        store.removeUnownedTemporaryFiles(keeping: [], only: path)
+    }
+
+    private static func host(of url: URL) -> String {
+        let scheme = url.scheme?.lowercased() ?? ""
+        let port = url.port ?? (scheme == "https" ? 443 : 80)
+        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
+    }
+}

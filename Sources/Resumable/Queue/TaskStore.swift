@@ -1,0 +1,281 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// A directory that keeps a ``DownloadQueue``'s unfinished downloads across crashes and restarts.
+///
+/// Layout (see `docs/task-store.md`):
+/// - `tasks/<id>.json`: one record per unfinished download (its URL, destination, priority, place, state and
+///   last resume token), replaced atomically like a token file: written beside, flushed, renamed, the directory
+///   flushed. A crash leaves the old record or the new one.
+/// - `partial/`: the temporary files of the store's downloads. Every file there is the store's; it is where
+///   ``DownloadQueue`` points ``DownloadTask/Configuration/temporaryDirectory``. Keep the store on the file
+///   system of the destinations, so that a finished file is renamed into place rather than copied.
+///
+/// A record's token describes only bytes that are in its temporary file (it is a checkpoint: written after the
+/// bytes were flushed), so a download restored after `kill -9` continues from its last checkpoint. A finished or
+/// cancelled download's record is removed.
+///
+/// The records choose where files are written, so the store is trusted like the user's own files: the
+/// directory must belong to the user and be writable by no one else (checked when it is opened, like `ssh` checks
+/// `~/.ssh`), and records are read without following symbolic links.
+public final class TaskStore: Sendable {
+    /// The store's directory.
+    public let directory: URL
+    let tasksPath: String
+    let partialPath: String
+
+    private struct State: Sendable {
+        /// The records as last written, so a checkpoint replaces only the token.
+        var records: [DownloadQueue.TaskID: TaskRecord] = [:]
+        /// Downloads whose checkpoints may still change their record: running ones.
+        var acceptingCheckpoints: Set<DownloadQueue.TaskID> = []
+    }
+
+    /// Writes are serialized: a checkpoint arriving late never overtakes the pause that followed it.
+    private let state = Mutex(State())
+    /// `lock`, held with `flock` while the store is open: one queue per store, across processes.
+    private let lockDescriptor: Int32
+
+    /// Opens the store in `directory`, creating it (mode `0700`) when it does not exist.
+    ///
+    /// - Throws: ``ResumableError/Code/fileSystem`` when it cannot be created or read;
+    ///   ``ResumableError/Code/invalidRequest`` when it is not a directory, is not the user's, or others may write
+    ///   into it (`chmod go-w` fixes that).
+    public init(directory: URL) throws(ResumableError) {
+        let path = directory.standardizedFileURL.path
+        self.directory = URL(fileURLWithPath: path, isDirectory: true)
+        self.tasksPath = (path as NSString).appendingPathComponent("tasks")
+        self.partialPath = (path as NSString).appendingPathComponent("partial")
+        for candidate in [path, tasksPath, partialPath] {
+            if mkdir(candidate, 0o700) != 0 && errno != EEXIST {
+                throw .fileSystem("creating the task store directory", path: candidate, errno: errno)
+            }
+            try Self.checkTrusted(candidate)
+        }
+        let lockPath = (path as NSString).appendingPathComponent("lock")
+        let descriptor = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw .fileSystem("opening", path: lockPath, errno: errno) }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            close(descriptor)
+            throw ResumableError(
+                .tokenInUse, "the task store '\(path)' is in use by another queue (in this or another process)")
+        }
+        lockDescriptor = descriptor
+    }
+
+    deinit {
+        close(lockDescriptor)
+    }
+
+    private static func checkTrusted(_ path: String) throws(ResumableError) {
+        var status = stat()
+        guard lstat(path, &status) == 0 else {
+            throw .fileSystem("inspecting the task store directory", path: path, errno: errno)
+        }
+        guard (status.st_mode & S_IFMT) == S_IFDIR else {
+            throw ResumableError(.invalidRequest, "the task store '\(path)' is not a directory")
+        }
+        guard status.st_uid == geteuid() else {
+            throw ResumableError(.invalidRequest, "the task store '\(path)' belongs to another user")
+        }
+        guard status.st_mode & 0o022 == 0 else {
+            throw ResumableError(
+                .invalidRequest,
+                "the task store '\(path)' is writable by others, who could choose where downloads are written "
+                    + "(chmod go-w fixes it)")
+        }
+    }
+
+    /// The record as last written or read.
+    func record(_ id: DownloadQueue.TaskID) -> TaskRecord? {
+        state.withLock { $0.records[id] }
+    }
+
+    /// Whether the download's checkpoints update its record.
+    func isRunning(_ id: DownloadQueue.TaskID) -> Bool {
+        state.withLock { $0.acceptingCheckpoints.contains(id) }
+    }
+
+    private func recordPath(_ id: DownloadQueue.TaskID) -> String {
+        (tasksPath as NSString).appendingPathComponent("\(id).json")
+    }
+
+    // MARK: - Writing
+
+    /// Writes `record` durably and lets its checkpoints update it while `running`.
+    func save(_ record: TaskRecord, running: Bool) throws(ResumableError) {
+        try state.withLock { (state) throws(ResumableError) in
+            state.records[record.id] = record
+            if running {
+                state.acceptingCheckpoints.insert(record.id)
+            } else {
+                state.acceptingCheckpoints.remove(record.id)
+            }
+            try write(record)
+        }
+    }
+
+    /// A running download's checkpoint: replaces its record's token, unless the download is no longer running
+    /// (a pause, a failure or the end wrote the record after this checkpoint was taken).
+    func checkpoint(_ id: DownloadQueue.TaskID, token: ResumeToken) throws {
+        try state.withLock { (state) throws(ResumableError) in
+            guard state.acceptingCheckpoints.contains(id), var record = state.records[id] else { return }
+            record.token = token
+            state.records[id] = record
+            try write(record)
+        }
+    }
+
+    /// Removes the record of a download that finished or was cancelled; later checkpoints are ignored.
+    func remove(_ id: DownloadQueue.TaskID) {
+        state.withLock { state in
+            state.records[id] = nil
+            state.acceptingCheckpoints.remove(id)
+            let path = recordPath(id)
+            if unlink(path) == 0 {
+                DurableSteps.record(.unlink, path)
+                Self.flushDirectory(tasksPath)
+            }
+        }
+    }
+
+    private func write(_ record: TaskRecord) throws(ResumableError) {
+        let data: Data
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            data = try encoder.encode(record)
+        } catch {
+            throw ResumableError(.invalidRequest, "the task record of \(record.id) cannot be encoded: \(error)")
+        }
+        try AtomicFile.write(data, to: recordPath(record.id))
+    }
+
+    private static func flushDirectory(_ path: String) {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if descriptor >= 0 {
+            fsync(descriptor)
+            close(descriptor)
+        }
+    }
+
+    // MARK: - Reading
+
+    /// A record file that could not be used, and why. It is left where it is.
+    public struct Problem: Sendable, CustomStringConvertible {
+        /// The record file.
+        public var file: URL
+        /// Why it was not used.
+        public var error: ResumableError
+
+        public var description: String { "\(file.path): \(error)" }
+    }
+
+    /// Reads every record; those that cannot be read are reported and left alone.
+    func load() -> (records: [TaskRecord], problems: [Problem]) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: tasksPath) else { return ([], []) }
+        var records: [TaskRecord] = []
+        var problems: [Problem] = []
+        let decoder = JSONDecoder()
+        for name in names where name.hasSuffix(".json") {
+            let path = (tasksPath as NSString).appendingPathComponent(name)
+            do throws(ResumableError) {
+                let record = try Self.decodeRecord(Self.readRecordFile(at: path), decoder: decoder)
+                guard "\(record.id).json" == name else {
+                    throw ResumableError.invalidToken(field: "id", "does not match the record's file name")
+                }
+                records.append(record)
+            } catch {
+                problems.append(Problem(file: URL(fileURLWithPath: path), error: error))
+            }
+        }
+        state.withLock { state in
+            for record in records { state.records[record.id] = record }
+        }
+        return (records, problems)
+    }
+
+    static let maximumRecordSize = 1 << 20
+
+    private static func decodeRecord(_ data: Data, decoder: JSONDecoder) throws(ResumableError) -> TaskRecord {
+        do {
+            return try decoder.decode(TaskRecord.self, from: data)
+        } catch let error as ResumableError {
+            throw error
+        } catch {
+            throw ResumableError(.invalidToken, "the task record is not valid JSON of the expected shape")
+        }
+    }
+
+    private static func readRecordFile(at path: String) throws(ResumableError) -> Data {
+        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw ResumableError(.invalidToken, "cannot open the task record: \(String(cString: strerror(errno)))")
+        }
+        defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG,
+            status.st_size <= maximumRecordSize
+        else {
+            throw ResumableError(.invalidToken, "the task record is not a regular file of at most 1 MiB")
+        }
+        var data = Data(count: Int(status.st_size))
+        let count = data.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+        guard count == Int(status.st_size) else {
+            throw ResumableError(.invalidToken, "the task record could not be read whole")
+        }
+        return data
+    }
+
+    // MARK: - Cleaning up
+
+    /// Removes the temporary files in `partial/` that no record names and no download holds.
+    ///
+    /// Only files named like this library's temporary files (`.resumable-<UUID>.partial`), regular, of this
+    /// user and not locked by a running download (ours or another process's) are removed; anything else in
+    /// `partial/` is left alone. They are left behind when a process is killed after a download restarted into
+    /// a new temporary file but before its record named it.
+    ///
+    /// - Returns: The paths removed.
+    ///
+    /// - Parameters:
+    ///   - referenced: Paths to keep.
+    ///   - only: Look at this one file of `partial/` only (a cancelled download's).
+    @discardableResult
+    func removeUnownedTemporaryFiles(keeping referenced: Set<String>, only: String? = nil) -> [String] {
+        let names: [String]
+        if let only {
+            guard (only as NSString).deletingLastPathComponent == partialPath else { return [] }
+            names = [(only as NSString).lastPathComponent]
+        } else {
+            names = (try? FileManager.default.contentsOfDirectory(atPath: partialPath)) ?? []
+        }
+        var removed: [String] = []
+        for name in names where TemporaryFileName.isValid(name) {
+            let path = (partialPath as NSString).appendingPathComponent(name)
+            guard !referenced.contains(path) else { continue }
+            let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            guard descriptor >= 0 else { continue }
+            defer { close(descriptor) }
+            var status = stat()
+            guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG,
+                status.st_uid == geteuid(), flock(descriptor, LOCK_EX | LOCK_NB) == 0
+            else { continue }
+            // Still the file that was checked (not replaced between open and unlink), and locked meanwhile.
+            var current = stat()
+            guard lstat(path, &current) == 0, current.st_ino == status.st_ino, current.st_dev == status.st_dev
+            else { continue }
+            if unlink(path) == 0 {
+                DurableSteps.record(.unlink, path)
+                removed.append(path)
+            }
+        }
+        return removed
+    }
+}

@@ -1,0 +1,217 @@
+import Foundation
+import LoopbackServer
+import Synchronization
+import Testing
+
+@testable import Resumable
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+@Suite("DownloadQueue: many downloads, a store that survives restarts")
+struct DownloadQueueTests {
+    static func serve(_ fixture: DownloadFixture, count: Int, length: Int = 64 << 10) -> [(URL, [UInt8])] {
+        (0..<count).map { index in
+            let bytes = testBytes(count: length + index, seed: UInt64(index + 1))
+            return (fixture.serve(.bytes(bytes), at: "/file-\(index).bin"), bytes)
+        }
+    }
+
+    /// Records how many downloads run at once, from the queue's own events.
+    final class Concurrency: Sendable {
+        private let state = Mutex((running: 0, peak: 0, finished: 0))
+        func handle(_ event: DownloadQueue.Event) {
+            state.withLock { state in
+                switch event {
+                case .started:
+                    state.running += 1
+                    state.peak = max(state.peak, state.running)
+                case .finished, .failed, .cancelled, .paused:
+                    state.running -= 1
+                    if case .finished = event { state.finished += 1 }
+                default: break
+                }
+            }
+        }
+        var peak: Int { state.withLock { $0.peak } }
+    }
+
+    @Test(
+        "Twelve files, three at a time: each is exactly the server's, and never more than three run",
+        arguments: TransportKind.all)
+    func runsAll(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
+        defer { fixture.server.shutdown() }
+        let files = Self.serve(fixture, count: 12)
+        let queue = DownloadQueue(
+            configuration: .init(
+                maximumConcurrentDownloads: 3, download: fixture.applying(nil, to: DownloadFixture.configuration())))
+        let concurrency = Concurrency()
+        let events = await queue.events()
+        let watcher = Task { for await event in events { concurrency.handle(event) } }
+        for (url, _) in files { try await queue.add(url, destination: .directory(fixture.directory.url)) }
+        let summary = await queue.waitUntilIdle()
+        watcher.cancel()
+        #expect(summary == .init(finished: 12, failed: 0, cancelled: 0, waitingForResume: 0))
+        for (index, (_, bytes)) in files.enumerated() {
+            #expect(
+                try fixture.contents(of: fixture.directory.url.appendingPathComponent("file-\(index).bin")) == bytes)
+        }
+        #expect(concurrency.peak <= 3)
+        #expect(fixture.temporaryFiles().isEmpty)
+        #expect(await queue.items.isEmpty)
+    }
+
+    @Test("Paused mid-transfer into the store, restored by a new queue: each file resumes with a validated range")
+    func pauseRestoreResume() async throws {
+        let fixture = try DownloadFixture()
+        defer { fixture.server.shutdown() }
+        let length = 256 << 10
+        let files = Self.serve(fixture, count: 3, length: length)
+        let gate = BodyGate(holdingAfter: 100_000)
+        for index in 0..<3 { fixture.server.enqueue(behavior: Behavior(gate: gate), for: "/file-\(index).bin") }
+        let stateDirectory = fixture.directory.url.appendingPathComponent("state")
+        let output = fixture.directory.url.appendingPathComponent("out")
+        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
+        var configuration = DownloadFixture.configuration()
+        configuration.checkpointing = .init(interval: .milliseconds(50)) { _ in }
+        do {
+            let store = try TaskStore(directory: stateDirectory)
+            let queue = DownloadQueue(
+                configuration: .init(maximumConcurrentDownloads: 3, download: configuration), store: store)
+            for (url, _) in files { try await queue.add(url, destination: .directory(output)) }
+            #expect(await gate.waitUntilHeld(count: 3, timeout: Waiting.deadline), "\(gate)")
+            await queue.pauseAll()
+            let summary = await queue.waitUntilIdle()
+            #expect(summary.waitingForResume == 3)
+            for item in await queue.items {
+                guard case .paused = item.state else { return #expect(Bool(false), "\(item.state)") }
+                #expect(item.bytesOnDisk == 100_000)
+            }
+        }
+        gate.open()
+        // A new process: the store is opened again and the queue restored.
+        let store = try TaskStore(directory: stateDirectory)
+        let queue = DownloadQueue(configuration: .init(download: configuration), store: store)
+        let problems = await queue.restore()
+        #expect(problems.isEmpty)
+        #expect(await queue.items.count == 3)
+        await queue.resumeAll()
+        let summary = await queue.waitUntilIdle()
+        #expect(summary.finished == 3)
+        for (index, (_, bytes)) in files.enumerated() {
+            #expect(try fixture.contents(of: output.appendingPathComponent("file-\(index).bin")) == bytes)
+            let requests = fixture.server.requests(for: "/file-\(index).bin")
+            #expect(requests.last?.header("Range") == "bytes=100000-")
+            #expect(requests.last?.header("If-Range") != nil)
+        }
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: stateDirectory.appendingPathComponent("tasks").path)
+                .isEmpty)
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: stateDirectory.appendingPathComponent("partial").path)
+                .isEmpty)
+    }
+
+    @Test(
+        "A 404 leaves the queue as failed without a token, and no record; a cancelled waiting download leaves nothing")
+    func failuresAndCancel() async throws {
+        let fixture = try DownloadFixture()
+        defer { fixture.server.shutdown() }
+        let files = Self.serve(fixture, count: 2)
+        let store = try TaskStore(directory: fixture.directory.url.appendingPathComponent("state"))
+        let queue = DownloadQueue(
+            configuration: .init(maximumConcurrentDownloads: 1, download: DownloadFixture.configuration()), store: store
+        )
+        let missing = try await queue.add(
+            fixture.server.url(for: "/missing"), destination: .directory(fixture.directory.url))
+        let waiting = try await queue.add(files[0].0, destination: .directory(fixture.directory.url), paused: true)
+        let summary = await queue.waitUntilIdle()
+        #expect(summary.failed == 1)
+        #expect(await queue.items.map(\.id) == [waiting])
+        #expect(store.record(missing) == nil)
+        await queue.cancel(waiting)
+        #expect(await queue.items.isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: store.tasksPath).isEmpty)
+    }
+
+    @Test("restore() removes only unowned temporary files of ours in partial/, never another file, never one in use")
+    func orphanCleanup() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try TaskStore(directory: directory.url)
+        let partial = URL(fileURLWithPath: store.partialPath)
+        let orphan = partial.appendingPathComponent(TemporaryFileName.make())
+        let foreign = partial.appendingPathComponent("notes.txt")
+        let inUse = partial.appendingPathComponent(TemporaryFileName.make())
+        for file in [orphan, foreign, inUse] { try Data("x".utf8).write(to: file) }
+        let holder = open(inUse.path, O_RDONLY)
+        defer { close(holder) }
+        #expect(flock(holder, LOCK_EX | LOCK_NB) == 0)
+        let linkTarget = directory.url.appendingPathComponent("elsewhere")
+        try Data("keep".utf8).write(to: linkTarget)
+        let link = partial.appendingPathComponent(TemporaryFileName.make())
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: linkTarget)
+        let queue = DownloadQueue(store: store)
+        await queue.restore()
+        #expect(!FileManager.default.fileExists(atPath: orphan.path))
+        #expect(FileManager.default.fileExists(atPath: foreign.path))
+        #expect(FileManager.default.fileExists(atPath: inUse.path))
+        #expect(try String(contentsOf: linkTarget, encoding: .utf8) == "keep")
+    }
+
+    @Test("A store others can write to is refused; a store in use by another queue is refused")
+    func trust() throws {
+        let directory = try TemporaryDirectory()
+        let shared = directory.url.appendingPathComponent("shared")
+        try FileManager.default.createDirectory(at: shared, withIntermediateDirectories: true)
+        chmod(shared.path, 0o777)
+        #expect(throws: ResumableError.self) { try TaskStore(directory: shared) }
+        let mine = directory.url.appendingPathComponent("mine")
+        let first = try TaskStore(directory: mine)
+        let error = #expect(throws: ResumableError.self) { try TaskStore(directory: mine) }
+        #expect(error?.code == .tokenInUse)
+        _ = first
+    }
+
+    @Test("Hostile records are reported and left alone; valid ones restore; nothing traps")
+    func hostileRecords() async throws {
+        let directory = try TemporaryDirectory()
+        let tasks = directory.url.appendingPathComponent("tasks")
+        try FileManager.default.createDirectory(at: tasks, withIntermediateDirectories: true)
+        let id = DownloadQueue.TaskID()
+        func record(_ fields: [String: Any]) throws -> Data {
+            var base: [String: Any] = [
+                "version": 1, "id": id.description, "url": "http://127.0.0.1:9/f", "destination": "/tmp/",
+                "priority": 0, "order": 0, "state": "paused",
+            ]
+            for (key, value) in fields { base[key] = value }
+            return try JSONSerialization.data(withJSONObject: base)
+        }
+        let cases: [(String, Data)] = [
+            ("garbage", Data("{{{".utf8)),
+            ("newer", try record(["version": 2])),
+            ("relative destination", try record(["destination": "relative/path"])),
+            ("ftp", try record(["url": "ftp://example.com/f"])),
+            ("state", try record(["state": "running"])),
+            ("digest", try record(["expectedSHA256": "xyz"])),
+            ("huge order", try record(["order": 1e300])),
+            ("wrong name", try record([:])),
+        ]
+        for (name, data) in cases {
+            try data.write(
+                to: tasks.appendingPathComponent(
+                    name == "wrong name" ? "\(DownloadQueue.TaskID()).json" : "\(name).json"))
+        }
+        try FileManager.default.createSymbolicLink(
+            at: tasks.appendingPathComponent("\(DownloadQueue.TaskID()).json"),
+            withDestinationURL: tasks.appendingPathComponent("garbage.json"))
+        try record([:]).write(to: tasks.appendingPathComponent("\(id).json"))
+        let store = try TaskStore(directory: directory.url)
+        let queue = DownloadQueue(store: store)
+        let problems = await queue.restore()
+        #expect(problems.count == cases.count + 1, "\(problems)")
+        #expect(problems.contains { $0.error.code == .newerTokenVersion })
+        #expect(await queue.items.map(\.id) == [id])
+    }
+}
