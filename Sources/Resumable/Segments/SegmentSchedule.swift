@@ -57,6 +57,8 @@ struct SegmentSchedule: Sendable {
         /// Where this connection stops: the end asked for, moved earlier when another connection took the rest.
         var end: Int64
         var accepted: Bool
+        /// Whether any body byte arrived.
+        var received = false
         var lastActivity: ContinuousClock.Instant
         /// ``bytesWritten`` (all connections) at ``lastActivity``: what the others wrote since.
         var writtenAtLastActivity: Int64 = 0
@@ -188,6 +190,7 @@ struct SegmentSchedule: Sendable {
         let count = Int(min(Int64(count), max(connection.end - connection.next, 0)))
         connection.next += Int64(count)
         connection.lastActivity = now
+        connection.received = true
         present.insert(start..<connection.next)
         bytesWritten += Int64(count)
         connection.writtenAtLastActivity = bytesWritten
@@ -225,9 +228,11 @@ struct SegmentSchedule: Sendable {
             case .join, nil:
                 let cause = error ?? ResumableError(.incompleteBody, "a segment's body ended early")
                 guard cause.isTransient else { return Step(actions: stopAll(), end: .fail(cause), failure: failure) }
-                // A connection refused or cut before its answer, while others work: likely a limit on connections.
-                // One whose 206 was accepted and then went silent is a stall the transport timed out, not a refusal.
-                if let end = failed(cause, lowering: !connection.accepted) {
+                // A connection refused, or cut before its first body byte, while others work: likely a limit on
+                // connections (some servers send the head, then close). One whose 206 was accepted and then went
+                // silent until the idle timeout is a stall the transport found, not a refusal.
+                let refused = !connection.accepted || (!connection.received && cause.code != .timedOut)
+                if let end = failed(cause, lowering: refused) {
                     return Step(actions: stopAll(), end: end, failure: failure)
                 }
             }
@@ -272,7 +277,9 @@ struct SegmentSchedule: Sendable {
         lastError = error
         if connections.isEmpty { return .retry(error) }
         if lowering {
-            target = max(1, min(target, connections.count))
+            // Only the connections still working: a stopped one whose transfer has not returned yet is not one of
+            // them, or each 503 meanwhile would open a replacement.
+            target = max(1, min(target, connections.values.count { !$0.stopped }))
             ramp = .backedOff
             return nil
         }
