@@ -49,7 +49,7 @@ extension DownloadTask {
         }
 
         /// The form stored in a token: a directory ends in `/`.
-        var tokenValue: String {
+        package var tokenValue: String {
             switch kind {
             case .directory(let path): return path.hasSuffix("/") ? path : path + "/"
             case .file(let path): return path
@@ -305,6 +305,14 @@ extension DownloadTask {
         public var transport: Transport
         /// How many connections the download may use at once; ``Connections/automatic`` by default.
         public var connections: Connections
+        /// The bandwidth limits the download's body bytes pass, all of them (none by default): a ``RateLimiter``
+        /// shared by several downloads limits them together (a global limit), one of its own limits this download (a
+        /// per-task limit); all its connections share them. Their rates can change while the download runs.
+        public var rateLimiters: [RateLimiter]
+        /// A transport session shared with other tasks (a queue's), used instead of a session of the task's own
+        /// made from ``transport``; the task never closes it. Its owner sets ``transport`` to its
+        /// ``SharedTransportSession/transport`` too, so the result reports what was used.
+        var sharedSession: SharedTransportSession?
         /// The smallest segment a connection is given or takes over from another (1 MiB); tests lower it.
         var minimumSegmentLength: Int64 = 1 << 20
         /// How long a segment may receive nothing before it is asked again on a fresh connection; `nil`: the shorter
@@ -337,9 +345,11 @@ extension DownloadTask {
             expectedSHA256: String? = nil,
             computesSHA256: Bool = false,
             transport: Transport = .automatic,
-            connections: Connections = .automatic
+            connections: Connections = .automatic,
+            rateLimiters: [RateLimiter] = []
         ) {
             self.connections = connections
+            self.rateLimiters = rateLimiters
             self.expectedSHA256 = expectedSHA256
             self.computesSHA256 = computesSHA256
             self.headers = headers

@@ -130,6 +130,7 @@ extension DownloadEngine {
         }
         if emit { emitProgress() }
         if let checkpoint { checkpoints.schedule(checkpoint, file: state.withLock { $0.file }) }
+        passRateLimiters(count, connection: nil, complete: complete)
         // The answer went on past the gap it fills: the rest is bytes already on disk.
         if complete { throw Self.segmentComplete }
         if let rate = configuration.simulatedWriterBytesPerSecond, rate > 0 {
@@ -177,7 +178,38 @@ extension DownloadEngine {
         }
         if emit { emitProgress() }
         if let (token, file) = checkpoint { checkpoints.schedule(token, file: file) }
+        passRateLimiters(body.count, connection: connection, complete: complete)
         if complete { throw Self.segmentComplete }
+    }
+
+    /// Lets a piece of `count` body bytes, just written, pass the task's rate limiters
+    /// (``DownloadTask/Configuration/rateLimiters``): blocks until all of them allow it, or until the download stops.
+    ///
+    /// This runs on the transport's thread, never on Swift's cooperative pool: libcurl calls the consumer on the
+    /// transfer's own thread, URLSession on the session's delivery queue (an `OperationQueue` on a Dispatch worker
+    /// thread). Holding that thread is the backpressure a slow disk gives: curl stops reading, the socket buffers
+    /// fill, and TCP holds the server back. The bytes are on disk and counted before the wait, so a pause during it
+    /// loses nothing; a stop request (pause, cancel, deadline) ends the wait within one ``RateLimiter/slice``.
+    ///
+    /// On a segment's connection the wait also ends when the schedule stopped it or gave the rest of its range to
+    /// another (its transfer ends at the next piece anyway), and it keeps the connection from looking stalled: a
+    /// connection held by the limit delivers at the limit's pace, it is not stuck.
+    private func passRateLimiters(_ count: Int, connection: Int?, complete: Bool) {
+        let limiters = configuration.rateLimiters
+        guard !limiters.isEmpty else { return }
+        let shouldStop = { () -> Bool in
+            self.state.withLock { state in
+                if state.stop != nil || state.ended { return true }
+                guard let connection, state.segments != nil else { return false }
+                if !complete, state.segments?.placement(connection: connection, count: 1) == nil { return true }
+                // Counts as activity for the stall check, and writes nothing.
+                state.segments?.touch(connection: connection)
+                return false
+            }
+        }
+        for limiter in limiters {
+            limiter.waitForPermission(count, shouldStop: shouldStop)
+        }
     }
 
     func emitProgress() {

@@ -191,10 +191,15 @@ final class DownloadEngine: Sendable {
     }
 
     private func loop() async -> Result<DownloadResult, ResumableError> {
-        // One transport session for the whole task: its requests share connections where the transport can.
+        // One transport session for the whole task: its requests share connections where the transport can. A shared
+        // session (a queue's) is used through a lease, whose closing leaves the shared session open.
         let session: any TransportSession
         do {
-            session = try configuration.transport.makeSession()
+            if let shared = configuration.sharedSession {
+                session = shared.lease()
+            } else {
+                session = try configuration.transport.makeSession()
+            }
         } catch {
             return .failure(error)
         }

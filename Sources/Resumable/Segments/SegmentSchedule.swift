@@ -199,6 +199,13 @@ struct SegmentSchedule: Sendable {
         return connection.next >= connection.end
     }
 
+    /// The connection is alive but holds back on purpose (a rate limit makes it wait): not a stall.
+    mutating func touch(connection id: Int, now: ContinuousClock.Instant = .now) {
+        guard connections[id] != nil else { return }
+        connections[id]?.lastActivity = now
+        connections[id]?.writtenAtLastActivity = bytesWritten
+    }
+
     /// A connection's transfer ended, with `error` when it did not end cleanly.
     mutating func ended(connection id: Int, error: ResumableError?, now: ContinuousClock.Instant = .now) -> Step {
         guard let connection = connections.removeValue(forKey: id) else { return Step() }

@@ -7,8 +7,9 @@ import Synchronization
 /// Each request runs on its own `Thread` with a multi handle and one easy handle: the thread loops
 /// `curl_multi_perform` / `curl_multi_poll`, so no Swift concurrency thread ever blocks. The multi handle owns
 /// curl's connection cache: with ``connections`` set (a session, from ``DownloadTask/Transport/makeSession()``),
-/// each request takes the multi handle the previous one left there, and with it the kept-alive connection; without,
-/// each request has a multi handle, and so a connection, of its own. Body bytes go from
+/// each request takes a multi handle an earlier request to the same origin left there, and with it the kept-alive
+/// connection (see ``CurlConnectionCache``); without, each request has a multi handle, and so a connection, of its
+/// own. Body bytes go from
 /// curl's receive buffer straight to the consumer, whose synchronous write is the backpressure: curl reads
 /// nothing more from the socket until the callback returns, so memory stays at one buffer per transfer however
 /// slow the disk is.
@@ -30,8 +31,8 @@ struct CurlTransport: TransportSession {
 
     let library: CurlLibrary
     var bufferSize = CurlTransport.defaultBufferSize
-    /// Where a request leaves its multi handle, and with it curl's connection cache, for the next request of the
-    /// same session; `nil`: every request on a multi handle of its own.
+    /// Where a request leaves its multi handle, and with it curl's connection cache, for a later request of the
+    /// same session to the same origin; `nil`: every request on a multi handle of its own.
     var connections: CurlConnectionCache?
 
     func execute(_ request: TransportRequest, consumer: some ResponseConsumer) async throws(ResumableError) {
@@ -129,8 +130,16 @@ private final class CurlTransfer: @unchecked Sendable {
     /// only then give the multi handle back.
     private func perform() -> Result<Void, ResumableError> {
         let table = library.table
+        // The route is decided once: it sets the proxy options and keys the connection cache.
+        let route: ProxyRoute
+        do throws(ResumableError) {
+            route = try ProxyRules().route(for: request.url, proxy: request.proxy)
+        } catch {
+            return .failure(error)
+        }
+        let origin = CurlConnectionKey(request, route: route)
         let multi: UnsafeMutableRawPointer
-        switch connections?.take(for: self) {
+        switch connections?.take(for: self, origin: origin) {
         case .closed:
             return .failure(TransportSessionClosed.error)
         case .idle(let idle):
@@ -143,7 +152,8 @@ private final class CurlTransfer: @unchecked Sendable {
         }
         defer {
             if let connections {
-                connections.giveBack(MultiHandle(pointer: multi), from: self, reusable: !worker.multiFailed)
+                connections.giveBack(
+                    MultiHandle(pointer: multi), origin: origin, from: self, reusable: !worker.multiFailed)
             } else {
                 _ = cresumable_curl_multi_cleanup(table, multi)
             }
@@ -160,7 +170,7 @@ private final class CurlTransfer: @unchecked Sendable {
             errorBuffer.deallocate()
         }
         do throws(ResumableError) {
-            headers = try configure(easy, errorBuffer: errorBuffer)
+            headers = try configure(easy, route: route, errorBuffer: errorBuffer)
         } catch {
             return .failure(error)
         }
@@ -220,6 +230,7 @@ private final class CurlTransfer: @unchecked Sendable {
     /// Sets every option; returns the header list, which must outlive the transfer.
     private func configure(
         _ easy: UnsafeMutableRawPointer,
+        route: ProxyRoute,
         errorBuffer: UnsafeMutablePointer<CChar>
     ) throws(ResumableError) -> UnsafeMutableRawPointer? {
         let table = library.table
@@ -270,7 +281,7 @@ private final class CurlTransfer: @unchecked Sendable {
         let idleMilliseconds = CurlTransport.optionMilliseconds(request.idleTimeout)
         try set(CRESUMABLE_CURLOPT_LOW_SPEED_LIMIT, 1)
         try set(CRESUMABLE_CURLOPT_LOW_SPEED_TIME, Int(clamping: max((idleMilliseconds + 999) / 1000, 1)))
-        try CurlTransport.applyProxy(to: easy, for: request, library: library)
+        try CurlTransport.applyProxy(route, to: easy, library: library)
         try set(CRESUMABLE_CURLOPT_WRITEDATA, context)
         try set(CRESUMABLE_CURLOPT_HEADERDATA, context)
         for (option, callback) in [
@@ -405,76 +416,126 @@ struct MultiHandle: @unchecked Sendable {
     let pointer: UnsafeMutableRawPointer
 }
 
-/// curl's connection cache for the requests of one session: the multi handle that owns it, passed from each
-/// transfer to the next.
+/// What makes a connection usable for a request: the origin (scheme, host, port) and everything else that
+/// configures the connection itself, the proxy (with its credentials, which authenticate a tunnel) and the whole TLS
+/// configuration (trust, client certificate and key, pin).
 ///
-/// A transfer takes the idle multi handle (or makes one when another transfer holds it: overlapping requests each
-/// get their own) and gives it back once its easy handle is removed and cleaned up, so no two threads ever use it
-/// at once. Connections that ended cleanly stay open in it; curl closes a connection whose transfer was aborted.
-/// ``close()`` cancels the transfers still running and closes the idle connections.
+/// A multi handle kept by a ``CurlConnectionCache`` only ever serves requests with one key, so its connection cache
+/// never offers a request a connection set up differently: a connection verified against one trust, or
+/// authenticated with one client certificate or proxy credentials, never carries a request configured with others.
+/// curl compares most of these itself before reusing a connection (`ConnectionExists` in `lib/url.c`), but which
+/// ones has changed from release to release (CVE-2021-22924, CVE-2022-27782, CVE-2023-27538); keying on all of them
+/// does not depend on the libcurl loaded. Request headers, timeouts and the buffer size are per transfer, not per
+/// connection, and are not part of the key.
+struct CurlConnectionKey: Hashable, Sendable {
+    var scheme: String
+    var host: String
+    var port: Int
+    var proxy: ProxyAddress?
+    var tls: DownloadTask.TLS
+
+    init(_ request: TransportRequest, route: ProxyRoute) {
+        let scheme = request.url.scheme?.lowercased() ?? ""
+        self.scheme = scheme
+        host = request.url.host?.lowercased() ?? ""
+        port = request.url.port ?? (scheme == "https" ? 443 : 80)
+        proxy = route.proxy
+        tls = request.tls
+    }
+}
+
+/// curl's connection caches for the requests of one session: idle multi handles (each owning its connections and
+/// its DNS cache), kept by origin (``CurlConnectionKey``) and passed from each transfer to a later one.
+///
+/// A transfer takes the most recently used idle multi handle of its origin (or makes one when none is idle:
+/// overlapping requests each get their own) and gives it back once its easy handle is removed and cleaned up, so no
+/// two threads ever use one at once. Connections that ended cleanly stay open in it; curl closes a connection whose
+/// transfer was aborted, and does not reuse one idle for longer than `CURLOPT_MAXAGE_CONN` (118 s by default). At
+/// most ``idleLimit`` multi handles are kept; giving back one more cleans up the least recently used, closing its
+/// connections. ``close()`` cancels the transfers still running and closes the idle connections.
+///
+/// The transport leaves `CURLOPT_FORBID_REUSE` and `CURLOPT_FRESH_CONNECT` at 0 and `CURLOPT_MAXAGE_CONN` at curl's
+/// default, so a kept connection is reused whenever curl finds it alive.
 final class CurlConnectionCache: Sendable {
-    /// What ``take(for:)`` found.
+    /// What ``take(for:origin:)`` found.
     fileprivate enum Taken {
-        /// The multi handle a previous transfer left; it is the taker's until given back.
+        /// A multi handle a previous transfer to the same origin left; it is the taker's until given back.
         case idle(MultiHandle)
-        /// None is idle: the taker makes its own.
+        /// None is idle for that origin: the taker makes its own.
         case empty
         /// The session was closed.
         case closed
     }
 
+    /// The most idle multi handles a cache keeps by default: enough for a queue's transfers in flight, or a
+    /// download's segment connections, to find theirs again.
+    static let defaultIdleLimit = 16
+
     private struct State {
-        var idle: MultiHandle?
-        /// The transfers between ``take(for:)`` and ``giveBack(_:from:reusable:)``, for ``close()`` to cancel.
+        /// The idle multi handles, least recently given back first.
+        var idle: [(origin: CurlConnectionKey, handle: MultiHandle)] = []
+        /// The transfers between ``take(for:origin:)`` and ``giveBack(_:origin:from:reusable:)``, for ``close()``
+        /// to cancel.
         var running: [ObjectIdentifier: CurlTransfer] = [:]
         var closed = false
     }
 
     private let library: CurlLibrary
+    /// The most idle multi handles kept, over all origins.
+    let idleLimit: Int
     private let state = Mutex(State())
 
-    init(library: CurlLibrary) {
+    init(library: CurlLibrary, idleLimit: Int = CurlConnectionCache.defaultIdleLimit) {
         self.library = library
+        self.idleLimit = max(idleLimit, 0)
     }
 
     deinit {
-        if let idle = state.withLock({ $0.idle }) {
-            _ = cresumable_curl_multi_cleanup(library.table, idle.pointer)
+        for idle in state.withLock({ $0.idle }) {
+            _ = cresumable_curl_multi_cleanup(library.table, idle.handle.pointer)
         }
     }
 
-    /// Registers `transfer` as running and takes the idle multi handle, if any.
-    fileprivate func take(for transfer: CurlTransfer) -> Taken {
+    /// How many multi handles are idle now, for tests.
+    var idleCount: Int { state.withLock { $0.idle.count } }
+
+    /// Registers `transfer` as running and takes the most recently used idle multi handle of `origin`, if any.
+    fileprivate func take(for transfer: CurlTransfer, origin: CurlConnectionKey) -> Taken {
         state.withLock { state in
             if state.closed { return .closed }
             state.running[ObjectIdentifier(transfer)] = transfer
-            defer { state.idle = nil }
-            return state.idle.map(Taken.idle) ?? .empty
+            guard let index = state.idle.lastIndex(where: { $0.origin == origin }) else { return .empty }
+            return .idle(state.idle.remove(at: index).handle)
         }
     }
 
-    /// Ends `transfer`'s turn: keeps `multi` for the next transfer when it is `reusable`, the cache is open and
-    /// holds none yet; otherwise cleans it up.
-    fileprivate func giveBack(_ multi: MultiHandle, from transfer: CurlTransfer, reusable: Bool) {
-        let kept = state.withLock { state in
+    /// Ends `transfer`'s turn: keeps `multi` for a later transfer to `origin` when it is `reusable` and the cache is
+    /// open, cleaning up the least recently used idle one beyond ``idleLimit``; otherwise cleans `multi` up.
+    fileprivate func giveBack(
+        _ multi: MultiHandle, origin: CurlConnectionKey, from transfer: CurlTransfer, reusable: Bool
+    ) {
+        let evicted = state.withLock { state -> [MultiHandle] in
             state.running[ObjectIdentifier(transfer)] = nil
-            guard reusable, !state.closed, state.idle == nil else { return false }
-            state.idle = multi
-            return true
+            guard reusable, !state.closed, idleLimit > 0 else { return [multi] }
+            state.idle.append((origin, multi))
+            let excess = state.idle.count - idleLimit
+            guard excess > 0 else { return [] }
+            defer { state.idle.removeFirst(excess) }
+            return state.idle.prefix(excess).map(\.handle)
         }
-        if !kept { _ = cresumable_curl_multi_cleanup(library.table, multi.pointer) }
+        for handle in evicted { _ = cresumable_curl_multi_cleanup(library.table, handle.pointer) }
     }
 
-    /// Cancels the running transfers, cleans up the idle multi handle (closing its connections) and refuses every
-    /// later ``take(for:)``. Idempotent.
+    /// Cancels the running transfers, cleans up the idle multi handles (closing their connections) and refuses every
+    /// later ``take(for:origin:)``. Idempotent.
     func close() {
         let (idle, running) = state.withLock { state in
             state.closed = true
-            defer { state.idle = nil }
-            return (state.idle, Array(state.running.values))
+            defer { state.idle = [] }
+            return (state.idle.map(\.handle), Array(state.running.values))
         }
         for transfer in running { transfer.cancel() }
-        if let idle { _ = cresumable_curl_multi_cleanup(library.table, idle.pointer) }
+        for handle in idle { _ = cresumable_curl_multi_cleanup(library.table, handle.pointer) }
     }
 }
 

@@ -68,9 +68,10 @@ let noFinalResponse = ResumableError(.network, "the connection ended without a f
 ///
 /// A session keeps what is worth keeping between the requests of a task: the transport, resolved once (an
 /// ``DownloadTask/Transport/automatic`` choice is made when the session is), and its connections: one `URLSession`
-/// for the URLSession transport, one curl multi handle (which owns curl's connection and DNS caches) for libcurl.
-/// A retry, resume or redirect after a response that ended cleanly can then reuse the kept-alive connection instead
-/// of opening a new one.
+/// for the URLSession transport, idle curl multi handles (each owning curl's connection and DNS caches) kept by
+/// origin for libcurl (``CurlConnectionCache``). A retry, resume or redirect after a response that ended cleanly,
+/// or a segment connection after another ended, can then reuse the kept-alive connection instead of opening a new
+/// one. Several tasks share one ``SharedTransportSession`` instead (a queue's), which no task closes.
 ///
 /// Requests through one session are normally sequential; overlapping ones work, each on a connection of its own.
 /// ``close()`` ends the session when the task ends; a session also closes itself when it goes away.

@@ -4,8 +4,9 @@ extension DownloadTask.Transport {
     /// A session for the requests of one download task: the transport is resolved once, here, and its
     /// connections are kept for the task's later requests (see ``TransportSession``).
     ///
-    /// - libcurl: one multi handle, and with it curl's connection cache, shared by the task's requests, so a
-    ///   request after one that ended cleanly goes out on the same kept-alive connection.
+    /// - libcurl: a ``CurlConnectionCache`` of idle multi handles, and with them curl's connection caches, kept by
+    ///   origin for the task's requests, so a request after one to the same origin that ended cleanly goes out on
+    ///   the same kept-alive connection.
     /// - URLSession: one `URLSession` for the task, whose connection pool does the same.
     /// - custom: the custom transport itself, behind a session that only refuses requests once closed.
     ///

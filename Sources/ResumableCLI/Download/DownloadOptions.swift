@@ -43,6 +43,11 @@ struct DownloadOptions: Sendable {
                 help: "How many connections to download with at once, 1 to 16, or 'auto' (the default): one while less "
                     + "than 16 MiB is missing, else start with one and double while the rate improves. Every segment is a range "
                     + "request checked with If-Range; a file that changed restarts from the beginning."),
+            .option(
+                "limit-rate", value: "rate",
+                help: "Receive at most this many bytes per second, all connections together, e.g. 500000, 512k, 2M "
+                    + "or 1G (k, m, g: powers of 1024). Smooth to within a burst of 50 ms (at least 16 KiB). "
+                    + "Default: no limit."),
             .flag("overwrite", help: "Replace an existing file of the same name instead of choosing 'name (1).ext'."),
         ] + TLSOptions.arguments + ProxyOptions.arguments + [
             .flag("quiet", short: "q", help: "No progress output. Errors and resume hints are still printed."),
@@ -75,6 +80,8 @@ struct DownloadOptions: Sendable {
     var transport: DownloadTask.Transport = .automatic
     /// `--connections`.
     var connections: DownloadTask.Connections = .automatic
+    /// `--limit-rate` in bytes per second, when given.
+    var limitRate: Int?
     /// How to report while running.
     var outputMode: OutputMode = .silent
 
@@ -130,6 +137,7 @@ struct DownloadOptions: Sendable {
             }
             connections = parsedConnections
         }
+        limitRate = try parsed.limitRate("limit-rate")
         overwrite = parsed.flag("overwrite")
         outputMode = OutputMode.choose(json: parsed.flag("json"), quiet: parsed.flag("quiet"))
     }
@@ -156,6 +164,9 @@ struct DownloadOptions: Sendable {
             configuration.connectTimeout = connectTimeout
         }
         configuration.deadline = deadline
+        if let limitRate {
+            configuration.rateLimiters = [RateLimiter(bytesPerSecond: limitRate)]
+        }
         tls.apply(to: &configuration)
         proxy.apply(to: &configuration)
         return configuration

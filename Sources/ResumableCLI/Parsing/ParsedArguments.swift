@@ -65,4 +65,30 @@ struct ParsedArguments: Sendable {
         }
         return number * multiplier
     }
+
+    /// The option's value as a bandwidth limit in curl's `--limit-rate` syntax, if given: a whole number of bytes per
+    /// second, optionally followed by one of `k`/`K`, `m`/`M`, `g`/`G` (1024, 1024², 1024³). Zero, a sign, a
+    /// fraction, spaces, another suffix, or a value beyond `Int.max` bytes per second is a ``UsageError``.
+    func limitRate(_ name: String) throws(UsageError) -> Int? {
+        guard let text = value(name) else { return nil }
+        let failure = UsageError(
+            "option '--\(name)' needs a rate in bytes per second greater than 0, optionally with a suffix k, m or g "
+                + "(powers of 1024), such as 500000, 512k or 2M; not '\(text)'")
+        var digits = Substring(text)
+        var multiplier = 1
+        switch digits.last {
+        case "k", "K": multiplier = 1 << 10
+        case "m", "M": multiplier = 1 << 20
+        case "g", "G": multiplier = 1 << 30
+        default: break
+        }
+        if multiplier > 1 { digits = digits.dropLast() }
+        // Digits only: `Int(_:)` would also take a sign.
+        guard !digits.isEmpty, digits.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+            let number = Int(digits), number > 0
+        else { throw failure }
+        let (rate, overflow) = number.multipliedReportingOverflow(by: multiplier)
+        guard !overflow else { throw failure }
+        return rate
+    }
 }

@@ -1,0 +1,93 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import Resumable
+
+/// ``RateLimiter`` on real threads: waits are bounded below exactly, and above only generously.
+@Suite("Rate limiter")
+struct RateLimiterTests {
+    /// Runs `waitForPermission` on a thread of its own, as a transport would.
+    static func wait(
+        _ limiter: RateLimiter, _ bytes: Int, stop: @escaping @Sendable () -> Bool = { false }
+    ) async throws -> Duration {
+        try await onOwnThread { limiter.waitForPermission(bytes, shouldStop: stop) }
+    }
+
+    @Test("The burst passes at once; what follows waits at least its cost")
+    func waitsAtLeastTheCost() async throws {
+        let limiter = RateLimiter(bytesPerSecond: 1_000_000)
+        let clock = ContinuousClock()
+        let start = clock.now
+        #expect(try await Self.wait(limiter, 50_000) == .zero)
+        _ = try await Self.wait(limiter, 100_000)
+        // 150 kB at 1 MB/s, less the 50 kB burst, from before the first reservation.
+        #expect(clock.now - start >= .milliseconds(100))
+        #expect(limiter.statistics.waits == 1)
+        #expect(limiter.statistics.waitsInsideSwiftTasks == 0)
+        #expect(limiter.waitingCount == 0)
+    }
+
+    @Test("nil, zero and negative rates are unlimited")
+    func unlimitedValues() async throws {
+        for value in [nil, 0, -1, Int.min] as [Int?] {
+            let limiter = RateLimiter(bytesPerSecond: value)
+            #expect(limiter.bytesPerSecond == nil)
+            #expect(try await Self.wait(limiter, Int.max) == .zero)
+        }
+        let limiter = RateLimiter(bytesPerSecond: 5)
+        #expect(limiter.bytesPerSecond == 5)
+        limiter.bytesPerSecond = 0
+        #expect(limiter.bytesPerSecond == nil)
+    }
+
+    @Test("A stop request ends a wait of hours within a slice")
+    func stopEndsTheWait() async throws {
+        let limiter = RateLimiter(bytesPerSecond: 1)
+        #expect(try await Self.wait(limiter, 16_384) == .zero)
+        let stop = Atomic<Bool>(false)
+        let calls = Atomic<Int>(0)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let waiter = Task {
+            try await Self.wait(limiter, 1_000_000) {
+                calls.add(1, ordering: .relaxed)
+                return stop.load(ordering: .relaxed)
+            }
+        }
+        // Stop only once the thread really waits (it asked at least once).
+        #expect(try await waitUntil { calls.load(ordering: .relaxed) > 0 && limiter.waitingCount == 1 })
+        stop.store(true, ordering: .relaxed)
+        _ = try await waiter.value
+        // 10^6 s without the stop; a loaded machine gets generous slack.
+        #expect(clock.now - start < .seconds(60))
+        #expect(limiter.waitingCount == 0)
+    }
+
+    @Test("Raising the rate lets a waiter go; lowering it never makes one wait longer")
+    func rateChangesWhileWaiting() async throws {
+        let clock = ContinuousClock()
+        let limiter = RateLimiter(bytesPerSecond: 1)
+        #expect(try await Self.wait(limiter, 16_384) == .zero)
+        let start = clock.now
+        let waiter = Task { try await Self.wait(limiter, 1_000_000) }
+        #expect(try await waitUntil { limiter.waitingCount == 1 })
+        limiter.bytesPerSecond = nil
+        _ = try await waiter.value
+        #expect(clock.now - start < .seconds(60), "a wait of 10^6 s at 1 B/s")
+
+        // 10_000 B/s: 10_000 bytes beyond the burst wait 1 s; lowering the rate to 1 B/s meanwhile must not make it
+        // 10_000 s.
+        let lowered = RateLimiter(bytesPerSecond: 10_000)
+        let second = clock.now
+        #expect(try await Self.wait(lowered, 16_384) == .zero)
+        let slow = Task { try await Self.wait(lowered, 10_000) }
+        #expect(try await waitUntil { lowered.waitingCount == 1 })
+        lowered.bytesPerSecond = 1
+        _ = try await slow.value
+        #expect(clock.now - second >= .seconds(1))
+        #expect(clock.now - second < .seconds(60))
+        // The lower rate applies to what comes next: 2 bytes at 1 B/s on top of the backlog.
+        #expect(lowered.bytesPerSecond == 1)
+    }
+}
