@@ -11,7 +11,10 @@ import Foundation
 struct ResumableCommand {
     /// Every subcommand, in the order `--help` lists them.
     static var commands: [any CLICommand.Type] {
-        [GetCommand.self, ResumeCommand.self, InspectCommand.self, ServeCommand.self, DemoCommand.self]
+        [
+            GetCommand.self, ResumeCommand.self, ListCommand.self, InspectCommand.self, ServeCommand.self,
+            DemoCommand.self,
+        ]
     }
 
     static func main() async {

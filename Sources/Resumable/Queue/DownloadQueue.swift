@@ -92,7 +92,8 @@ public actor DownloadQueue {
 
     /// Something that happened to a download of the queue.
     public enum Event: Sendable {
-        case added(TaskID)
+        /// It joined the queue (added, or restored from the store), for this URL (without credentials).
+        case added(TaskID, URL)
         /// It started (or continued from its token).
         case started(TaskID)
         /// An event of the running download: progress, retries, restarts, segments.
@@ -138,6 +139,9 @@ public actor DownloadQueue {
     private var subscribers: [UUID: AsyncStream<Event>.Continuation] = [:]
     private var idleWaiters: [CheckedContinuation<Summary, Never>] = []
     private var summary = Summary(finished: 0, failed: 0, cancelled: 0, waitingForResume: 0)
+    /// One transport session for all the queue's downloads, so requests to a host reuse its kept-alive
+    /// connections; made at the first start.
+    private var sharedSession: SharedTransportSession?
 
     /// A queue with nothing in it.
     ///
@@ -176,6 +180,7 @@ public actor DownloadQueue {
 
     deinit {
         for continuation in subscribers.values { continuation.finish() }
+        sharedSession?.close()
     }
 
     // MARK: - Adding and restoring
@@ -219,7 +224,7 @@ public actor DownloadQueue {
             _ = schedule.cancel(id)
             throw error
         }
-        send(.added(id))
+        send(.added(id, HTTPURL.removingUserInfo(url)))
         perform(actions)
         return id
     }
@@ -232,10 +237,11 @@ public actor DownloadQueue {
     public func restore() -> [TaskStore.Problem] {
         guard let store else { return [] }
         let (records, problems) = store.load()
-        var referenced: Set<String> = []
+        // Every temporary file a record or a download of this queue names is kept, not only the new ones'.
+        var referenced = Set(records.compactMap { $0.token?.tempPath })
+        referenced.formUnion(entries.values.compactMap { $0.token?.tempPath })
         var actions: [QueueSchedule.Action] = []
         for record in records.sorted(by: { $0.order < $1.order }) where entries[record.id] == nil {
-            if let token = record.token { referenced.insert(token.tempPath) }
             var entry = Entry(
                 url: record.url, destination: record.destination, priority: record.priority,
                 expectedSHA256: record.expectedSHA256, token: record.token)
@@ -248,6 +254,7 @@ public actor DownloadQueue {
                     bytesTransferred: 0, bytesPerSecond: 0)
             }
             entries[record.id] = entry
+            send(.added(record.id, record.url))
             actions += schedule.add(
                 record.id, host: Self.host(of: record.url), priority: record.priority,
                 paused: record.state != .queued, order: record.order)
@@ -403,14 +410,30 @@ public actor DownloadQueue {
             checkpointing.finished = { _ in store.remove(id) }
             download.checkpointing = checkpointing
         }
+        // The record says "running" before anything runs: a download the store cannot track does not start.
+        do {
+            try persist(id, state: .queued, running: true)
+        } catch {
+            entries[id]?.failure = error
+            summary.failed += 1
+            send(.failed(id, error))
+            perform(schedule.ended(id, paused: true))
+            return
+        }
         let task: DownloadTask
         do {
+            if sharedSession == nil {
+                sharedSession = try SharedTransportSession.makeShared(configuration.download.transport)
+            }
+            if let sharedSession {
+                download.sharedSession = sharedSession
+                download.transport = sharedSession.transport
+            }
             if let token = entry.token {
                 task = try DownloadTask.resume(from: token, destination: entry.destination, configuration: download)
             } else {
                 task = try DownloadTask(url: entry.url, destination: entry.destination, configuration: download)
             }
-            try persist(id, state: .queued, running: true)
         } catch {
             if error.code == .tokenGone {
                 // Its file was moved into place before the crash; only the record was left.
@@ -474,6 +497,16 @@ public actor DownloadQueue {
                     summary.failed += 1
                     send(.failed(id, error))
                 }
+                perform(schedule.ended(id, paused: true))
+            } else if error.code == .paused {
+                // Paused before its first byte: nothing to resume from, but it stays, paused, and starts afresh.
+                entry.token = nil
+                entry.failure = nil
+                entry.progress = nil
+                entries[id] = entry
+                store?.forgetToken(id)
+                try? persist(id, state: .paused, running: false)
+                send(.paused(id))
                 perform(schedule.ended(id, paused: true))
             } else {
                 entries[id] = nil

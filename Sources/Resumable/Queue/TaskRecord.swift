@@ -15,6 +15,8 @@ struct TaskRecord: Sendable, Equatable {
     }
 
     static let currentVersion = 1
+    /// The largest `order` and `priority` magnitude a record may hold: 2^53, exact in any JSON reader.
+    static let maximumOrder: Int64 = 1 << 53
 
     var id: DownloadQueue.TaskID
     var url: URL
@@ -65,8 +67,17 @@ extension TaskRecord: Codable {
         }
         self.id = id
         self.url = url
-        self.priority = try container.decode(Int.self, forKey: .priority)
-        self.order = try container.decode(Int64.self, forKey: .order)
+        let order = try container.decode(Int64.self, forKey: .order)
+        // A place, not arithmetic fodder: far from the ends of Int64, so moving and appending never overflow.
+        guard (-Self.maximumOrder...Self.maximumOrder).contains(order) else {
+            throw ResumableError.invalidToken(field: "order", "is beyond ±\(Self.maximumOrder)")
+        }
+        self.order = order
+        let priority = try container.decode(Int.self, forKey: .priority)
+        guard (-Self.maximumOrder...Self.maximumOrder).contains(Int64(priority)) else {
+            throw ResumableError.invalidToken(field: "priority", "is beyond ±\(Self.maximumOrder)")
+        }
+        self.priority = priority
         self.state = state
         self.expectedSHA256 = digest
         self.token = try container.decodeIfPresent(ResumeToken.self, forKey: .token)

@@ -59,8 +59,13 @@ public final class TaskStore: Sendable {
             try Self.checkTrusted(candidate)
         }
         let lockPath = (path as NSString).appendingPathComponent("lock")
-        let descriptor = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let descriptor = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw .fileSystem("opening", path: lockPath, errno: errno) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG, status.st_uid == geteuid() else {
+            close(descriptor)
+            throw ResumableError(.invalidRequest, "the task store's lock '\(lockPath)' is not a regular file of yours")
+        }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             close(descriptor)
             throw ResumableError(
@@ -89,6 +94,14 @@ public final class TaskStore: Sendable {
                 .invalidRequest,
                 "the task store '\(path)' is writable by others, who could choose where downloads are written "
                     + "(chmod go-w fixes it)")
+        }
+    }
+
+    /// Drops the record's token (its temporary file is gone); written with the next ``save(_:running:)``.
+    func forgetToken(_ id: DownloadQueue.TaskID) {
+        state.withLock { state in
+            state.records[id]?.token = nil
+            state.acceptingCheckpoints.remove(id)
         }
     }
 
@@ -179,6 +192,46 @@ public final class TaskStore: Sendable {
 
     /// Reads every record; those that cannot be read are reported and left alone.
     func load() -> (records: [TaskRecord], problems: [Problem]) {
+        let (records, problems) = Self.readRecords(in: tasksPath)
+        state.withLock { state in
+            for record in records { state.records[record.id] = record }
+        }
+        return (records, problems)
+    }
+
+    /// What the store in `directory` holds, without opening it (no lock taken, nothing created or removed): for
+    /// `resumable list` while a batch runs. `inUse`: a queue holds the store now.
+    package static func listing(directory: URL) -> (
+        items: [DownloadQueue.Item], problems: [Problem], inUse: Bool
+    ) {
+        let path = directory.standardizedFileURL.path
+        let (records, problems) = readRecords(in: (path as NSString).appendingPathComponent("tasks"))
+        let items = records.sorted {
+            $0.priority != $1.priority ? $0.priority > $1.priority : $0.order < $1.order
+        }.map { record in
+            let state: DownloadQueue.State
+            switch record.state {
+            case .queued: state = .waiting
+            case .paused: state = .paused
+            case .failed: state = .failed(ResumableError(.network, record.failure ?? "failed"))
+            }
+            return DownloadQueue.Item(
+                id: record.id, url: record.url, destination: record.destination, priority: record.priority,
+                state: state, bytesOnDisk: record.token?.offset ?? 0, expectedLength: record.token?.expectedLength,
+                bytesPerSecond: 0)
+        }
+        var inUse = false
+        let descriptor = open(
+            (path as NSString).appendingPathComponent("lock"), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        var status = stat()
+        if descriptor >= 0, fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG {
+            inUse = flock(descriptor, LOCK_SH | LOCK_NB) != 0
+        }
+        if descriptor >= 0 { close(descriptor) }
+        return (items, problems, inUse)
+    }
+
+    private static func readRecords(in tasksPath: String) -> (records: [TaskRecord], problems: [Problem]) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: tasksPath) else { return ([], []) }
         var records: [TaskRecord] = []
         var problems: [Problem] = []
@@ -194,9 +247,6 @@ public final class TaskStore: Sendable {
             } catch {
                 problems.append(Problem(file: URL(fileURLWithPath: path), error: error))
             }
-        }
-        state.withLock { state in
-            for record in records { state.records[record.id] = record }
         }
         return (records, problems)
     }

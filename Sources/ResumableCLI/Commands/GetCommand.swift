@@ -7,7 +7,18 @@ struct GetCommand: CLICommand {
         name: "get",
         abstract: "Download a URL; an interrupted download leaves a resume token.",
         arguments: [
-            .positional("url", help: "The http or https URL to download."),
+            .positional("url", optional: true, help: "The http or https URL to download (not with -i)."),
+            .option(
+                "input-file", short: "i", value: "list",
+                help: "Download every URL of this list ('-': standard input), aria2 style: one URL per line, "
+                    + "optionally followed by indented 'out=NAME' and 'sha256=HEX' lines. The files go into the "
+                    + "directory of -o (default: the current directory)."),
+            .option(
+                "jobs", short: "j", value: "n", help: "With -i: how many downloads run at once, 1 to 64. Default: 4."),
+            .option(
+                "state", value: "dir",
+                help: "With -i: the task store that keeps the batch across interruptions and crashes. "
+                    + "Default: '<output directory>/.resumable-state'. Continue with 'resumable resume --state DIR'."),
             .option(
                 "output", short: "o", value: "path",
                 help: "Where the file goes. An existing directory, or a path ending in '/', keeps the server's "
@@ -26,8 +37,16 @@ struct GetCommand: CLICommand {
             """
     )
 
-    /// The URL to download.
-    let url: URL
+    /// The URL to download; `nil` with `-i`.
+    let url: URL?
+    /// `-i`: the list file, `-` for standard input.
+    let inputList: String?
+    /// `-j`.
+    let jobs: Int
+    /// `--state`, or the default beside the output.
+    let stateDirectory: URL?
+    /// With `-i`: the directory of `-o`.
+    let outputDirectory: URL?
     /// Where the finished file goes.
     let destination: DownloadTask.Destination
     /// `--token`, when given.
@@ -36,13 +55,53 @@ struct GetCommand: CLICommand {
     let options: DownloadOptions
 
     init(arguments: ParsedArguments) throws(UsageError) {
-        url = try Self.httpURL(arguments.positional("url") ?? "", option: "<url>")
-        destination = try Self.destination(for: arguments.value("output"))
+        inputList = arguments.value("input-file")
+        jobs = try Self.jobs(arguments.value("jobs"))
+        if let inputList {
+            guard arguments.positional("url") == nil else {
+                throw UsageError("give either a URL or -i LIST, not both")
+            }
+            guard !inputList.isEmpty else { throw UsageError("option '--input-file' needs a file path or '-'") }
+            url = nil
+            let output = arguments.value("output") ?? FileManager.default.currentDirectoryPath
+            var isDirectory: ObjCBool = false
+            if output.isEmpty
+                || (FileManager.default.fileExists(atPath: output, isDirectory: &isDirectory) && !isDirectory.boolValue)
+            {
+                throw UsageError("with -i, -o must be a directory (it is created when missing)")
+            }
+            outputDirectory = URL(fileURLWithPath: output, isDirectory: true)
+            destination = .directory(outputDirectory!)
+            stateDirectory =
+                arguments.value("state").map { URL(fileURLWithPath: $0, isDirectory: true) }
+                ?? BatchRunner.defaultStateDirectory(output: output)
+        } else {
+            guard arguments.value("jobs") == nil, arguments.value("state") == nil else {
+                throw UsageError("options '--jobs' and '--state' need -i LIST")
+            }
+            url = try Self.httpURL(arguments.positional("url") ?? "", option: "<url>")
+            destination = try Self.destination(for: arguments.value("output"))
+            stateDirectory = nil
+            outputDirectory = nil
+        }
         tokenURL = try Self.tokenFile(arguments.value("token"))
         options = try DownloadOptions(arguments)
     }
 
+    /// `-j`: 1 to 64, 4 by default.
+    static func jobs(_ text: String?) throws(UsageError) -> Int {
+        guard let text else { return 4 }
+        guard let jobs = Int(text), (1...64).contains(jobs) else {
+            throw UsageError("option '--jobs' takes a number from 1 to 64, not '\(text)'")
+        }
+        return jobs
+    }
+
     func run() async -> ExitCode {
+        if let inputList, let stateDirectory, let outputDirectory {
+            return await runList(inputList, state: stateDirectory, into: outputDirectory)
+        }
+        guard let url else { return .usage }
         let renderer = ProgressRenderer(mode: options.outputMode)
         // A password in the URL is sent, never shown.
         renderer.note("Downloading \(HTTPURL.removingUserInfo(url).absoluteString)")
@@ -50,6 +109,30 @@ struct GetCommand: CLICommand {
         return await runner.run { configuration throws(ResumableError) in
             try DownloadTask(url: url, destination: destination, configuration: configuration)
         }
+    }
+
+    private func runList(_ path: String, state: URL, into directory: URL) async -> ExitCode {
+        let entries: [InputList.Entry]
+        do {
+            entries = try InputList.read(path: path)
+        } catch {
+            Console.err("error: \(path): \(error.message)")
+            return .dataError
+        }
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        } catch {
+            Console.err("error: cannot create the output directory \(directory.path): \(error.localizedDescription)")
+            return .failure
+        }
+        let store: TaskStore
+        do {
+            store = try TaskStore(directory: state)
+        } catch {
+            Console.err("error: \(error.message)")
+            return ExitCode.forError(error)
+        }
+        return await BatchRunner(options: options, jobs: jobs, store: store).runList(entries, into: directory)
     }
 
     /// An absolute http or https URL with a host, or a usage error naming `option`.

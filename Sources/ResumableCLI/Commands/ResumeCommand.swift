@@ -7,7 +7,13 @@ struct ResumeCommand: CLICommand {
         name: "resume",
         abstract: "Continue a download from its resume token file.",
         arguments: [
-            .positional("token", help: "The resume token file that 'get' (or an earlier 'resume') left behind."),
+            .positional(
+                "token", optional: true,
+                help: "The resume token file that 'get' (or an earlier 'resume') left behind (not with --state)."),
+            .option(
+                "state", value: "dir",
+                help: "Continue every unfinished download of the batch kept in this task store ('get -i')."),
+            .option("jobs", short: "j", value: "n", help: "With --state: how many downloads run at once. Default: 4."),
             .option(
                 "output", short: "o", value: "path",
                 help: "Where the finished file goes, as for 'get'. Needed when the token's temporary file is gone "
@@ -28,8 +34,12 @@ struct ResumeCommand: CLICommand {
             """
     )
 
-    /// The token file.
-    let tokenURL: URL
+    /// The token file; `nil` with `--state`.
+    let tokenURL: URL?
+    /// `--state`.
+    let stateDirectory: URL?
+    /// `-j`.
+    let jobs: Int
     /// `--url`, when given.
     let replacementURL: URL?
     /// `-o`, when given.
@@ -38,9 +48,18 @@ struct ResumeCommand: CLICommand {
     let options: DownloadOptions
 
     init(arguments: ParsedArguments) throws(UsageError) {
-        let path = arguments.positional("token") ?? ""
-        guard !path.isEmpty else { throw UsageError("missing argument <token>") }
-        tokenURL = URL(fileURLWithPath: path, isDirectory: false)
+        stateDirectory = arguments.value("state").map { URL(fileURLWithPath: $0, isDirectory: true) }
+        jobs = try GetCommand.jobs(arguments.value("jobs"))
+        if stateDirectory != nil {
+            guard arguments.positional("token") == nil, arguments.value("url") == nil, arguments.value("output") == nil
+            else { throw UsageError("--state resumes a whole batch: no token, --url or -o with it") }
+            tokenURL = nil
+        } else {
+            let path = arguments.positional("token") ?? ""
+            guard !path.isEmpty else { throw UsageError("missing argument <token>") }
+            guard arguments.value("jobs") == nil else { throw UsageError("option '--jobs' needs --state DIR") }
+            tokenURL = URL(fileURLWithPath: path, isDirectory: false)
+        }
         replacementURL = try arguments.value("url").map { (text) throws(UsageError) in
             try GetCommand.httpURL(text, option: "option '--url'")
         }
@@ -51,6 +70,21 @@ struct ResumeCommand: CLICommand {
     }
 
     func run() async -> ExitCode {
+        if let stateDirectory {
+            guard FileManager.default.fileExists(atPath: stateDirectory.appendingPathComponent("tasks").path) else {
+                Console.err("error: \(stateDirectory.path) is not the state directory of a batch")
+                return .dataError
+            }
+            let store: TaskStore
+            do {
+                store = try TaskStore(directory: stateDirectory)
+            } catch {
+                Console.err("error: \(error.message)")
+                return ExitCode.forError(error)
+            }
+            return await BatchRunner(options: options, jobs: jobs, store: store).runStore()
+        }
+        guard let tokenURL else { return .usage }
         let renderer = ProgressRenderer(mode: options.outputMode)
         let token: ResumeToken
         do {

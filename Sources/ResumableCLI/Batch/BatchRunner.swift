@@ -1,0 +1,258 @@
+import Foundation
+import Resumable
+import Synchronization
+
+/// Runs a batch (`get -i LIST`, `resume --state DIR`) through the library's ``DownloadQueue`` and its
+/// ``TaskStore``: progress to the terminal, SIGINT/SIGTERM to ``DownloadQueue/pauseAll()``, then a summary and the
+/// exit status. Which download runs when, and what survives a crash, is the library's.
+struct BatchRunner {
+    let options: DownloadOptions
+    let jobs: Int
+    let store: TaskStore
+
+    /// The state directory of a batch whose output directory is `output`, when `--state` is not given.
+    static func defaultStateDirectory(output: String) -> URL {
+        URL(fileURLWithPath: output, isDirectory: true).appendingPathComponent(".resumable-state", isDirectory: true)
+    }
+
+    /// Downloads `entries` into `directory`.
+    func runList(_ entries: [InputList.Entry], into directory: URL) async -> ExitCode {
+        guard store.pendingRecordCount() == 0 else {
+            Console.err(
+                "error: the state directory \(store.directory.path) holds unfinished downloads of an earlier batch; "
+                    + "continue them with 'resumable resume --state \(store.directory.path)', or choose another --state"
+            )
+            return .usage
+        }
+        return await run(total: entries.count) { queue in
+            for entry in entries {
+                let destination: DownloadTask.Destination =
+                    entry.outputName.map { .file(directory.appendingPathComponent($0, isDirectory: false)) }
+                    ?? .directory(directory)
+                do throws(ResumableError) {
+                    try await queue.add(
+                        entry.url, destination: destination, expectedSHA256: entry.sha256 ?? options.sha256)
+                } catch {
+                    Console.err("error: line \(entry.line): \(error.message)")
+                    return ExitCode.forError(error)
+                }
+            }
+            return nil
+        }
+    }
+
+    /// Continues every unfinished download of the store.
+    func runStore() async -> ExitCode {
+        await run(total: store.pendingRecordCount()) { queue in
+            for problem in await queue.restore() {
+                Console.err("warning: skipping \(problem.file.path): \(problem.error.message)")
+            }
+            await queue.resumeAll()
+            return nil
+        }
+    }
+
+    /// Subscribes to the queue's events, lets `prepare` fill it (an exit status ends the batch at once: every
+    /// download added so far is paused into the store), then waits for the queue to be idle or for a signal.
+    private func run(total: Int, prepare: (DownloadQueue) async -> ExitCode?) async -> ExitCode {
+        var download = options.configuration(checkpointing: .init(interval: .seconds(1)) { _ in })
+        // A --sha256 applies to every file of the list through `add`; per-file checksums come from the list.
+        download.expectedSHA256 = nil
+        let queue = DownloadQueue(
+            configuration: .init(maximumConcurrentDownloads: jobs, download: download), store: store)
+        let watcher = SignalWatcher()
+        let display = BatchDisplay(mode: options.outputMode, total: total)
+        let events = await queue.events()
+        let reporter = Task {
+            for await event in events { await display.handle(event) }
+        }
+        if let early = await prepare(queue) {
+            await queue.pauseAll()
+            _ = await queue.waitUntilIdle()
+            reporter.cancel()
+            await display.finish()
+            return early
+        }
+        let signal: Int32? = await withTaskGroup(of: Int32?.self) { group in
+            group.addTask {
+                _ = await queue.waitUntilIdle()
+                return nil
+            }
+            let signals = watcher.signals
+            group.addTask {
+                for await signal in signals { return signal }
+                return nil
+            }
+            let first = await group.next() ?? nil
+            if first != nil {
+                await queue.pauseAll()
+                _ = await queue.waitUntilIdle()
+            }
+            group.cancelAll()
+            return first
+        }
+        withExtendedLifetime(watcher) {}
+        let summary = await queue.waitUntilIdle()
+        let left = await queue.items
+        reporter.cancel()
+        await display.finish()
+        return report(summary, left: left, signal: signal)
+    }
+
+    private func report(_ summary: DownloadQueue.Summary, left: [DownloadQueue.Item], signal: Int32?) -> ExitCode {
+        let failed = left.compactMap { item -> (DownloadQueue.Item, ResumableError)? in
+            if case .failed(let error) = item.state { return (item, error) }
+            return nil
+        }
+        let exit: ExitCode
+        if let signal {
+            exit = ExitCode.forSignal(signal)
+        } else if summary.failed == 0 && left.isEmpty {
+            exit = .success
+        } else if failed.count == left.count && failed.allSatisfy({ $0.1.isTransient })
+            && summary.failed == failed.count
+        {
+            // Every failure can be resumed later: try again.
+            exit = .temporaryFailure
+        } else {
+            exit = .failure
+        }
+        let text =
+            "\(summary.finished) finished, \(summary.failed) failed, \(left.count) left to resume"
+            + (left.isEmpty ? "" : " (resumable resume --state \(store.directory.path))")
+        if options.outputMode.isJSON {
+            let object: JSONValue = .object([
+                ("status", .string(exit == .success ? "completed" : signal != nil ? "interrupted" : "failed")),
+                ("finished", .int(Int64(summary.finished))),
+                ("failed", .int(Int64(summary.failed))),
+                ("left", .int(Int64(left.count))),
+                ("state", .string(store.directory.path)),
+                ("exitCode", .int(Int64(exit.rawValue))),
+            ])
+            Console.out(object.serialized)
+        } else if options.outputMode != .silent || exit != .success {
+            Console.err(text)
+        }
+        return exit
+    }
+}
+
+extension TaskStore {
+    /// How many records the store holds, without restoring them.
+    fileprivate func pendingRecordCount() -> Int {
+        let tasks = directory.appendingPathComponent("tasks").path
+        return ((try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? []).filter { $0.hasSuffix(".json") }
+            .count
+    }
+}
+
+/// Shows a batch's progress: the multi-line block on a terminal, event lines otherwise, JSON lines with `--json`.
+actor BatchDisplay {
+    private let mode: OutputMode
+    private var total: Int
+    private var names: [DownloadQueue.TaskID: String] = [:]
+    private var urls: [DownloadQueue.TaskID: URL] = [:]
+    private var active: [DownloadQueue.TaskID: BatchSnapshot.Download] = [:]
+    private var done = 0
+    private var failed = 0
+    private var doneBytes: Int64 = 0
+    private var display = BatchProgressDisplay()
+    private var throttle: RedrawThrottle
+    private var pending: [BatchEvent] = []
+
+    init(mode: OutputMode, total: Int) {
+        self.mode = mode
+        self.total = total
+        throttle = RedrawThrottle(
+            interval: mode == .terminal ? RedrawThrottle.terminalInterval : RedrawThrottle.plainInterval,
+            startingAt: mode == .terminal ? nil : .now)
+    }
+
+    func handle(_ event: DownloadQueue.Event) {
+        switch event {
+        case .added(let id, let url):
+            let last = url.lastPathComponent
+            names[id] = last.isEmpty || last == "/" ? (url.host ?? url.absoluteString) : last
+            urls[id] = url
+            return
+        case .started(let id):
+            let name = names[id] ?? id.description
+            active[id] = .init(name: name, state: .connecting)
+            emitJSON(id, "task-started", [("url", .string(urls[id]?.absoluteString ?? ""))])
+            pending.append(.started(name: name, expectedLength: nil))
+        case .download(let id, let event):
+            if case .progress(let progress) = event {
+                active[id]?.bytesOnDisk = progress.bytesOnDisk
+                active[id]?.expectedLength = progress.expectedLength
+                active[id]?.bytesPerSecond = progress.bytesPerSecond
+                active[id]?.state = .receiving
+            } else if case .retrying(let attempt, _, _) = event {
+                active[id]?.state = .retrying(attempt: attempt)
+            }
+            if mode.isJSON, case .object(var fields) = EventJSON.event(event) {
+                fields.insert(("id", .string(id.description)), at: 0)
+                Console.err(JSONValue.object(fields).serialized)
+            }
+        case .finished(let id, let result):
+            active[id] = nil
+            done += 1
+            doneBytes += result.bytesOnDisk
+            let name = result.fileURL.lastPathComponent
+            pending.append(.finished(name: name, bytes: result.bytesOnDisk))
+            emitJSON(
+                id, "task-finished", [("path", .string(result.fileURL.path)), ("bytes", .int(result.bytesOnDisk))])
+        case .finishedEarlier(let id):
+            active[id] = nil
+            done += 1
+            emitJSON(id, "task-finished", [])
+        case .failed(let id, let error):
+            active[id] = nil
+            failed += 1
+            pending.append(.failed(name: names[id] ?? id.description, message: error.message))
+            emitJSON(
+                id, "task-failed",
+                [("error", EventJSON.error(error)), ("resumable", .bool(error.resumeToken != nil))])
+        case .paused(let id):
+            active[id] = nil
+            emitJSON(id, "task-paused", [])
+        case .cancelled(let id):
+            active[id] = nil
+            emitJSON(id, "task-cancelled", [])
+        }
+        draw(force: false)
+    }
+
+    private func emitJSON(_ id: DownloadQueue.TaskID, _ name: String, _ fields: [(String, JSONValue)]) {
+        guard mode.isJSON else { return }
+        Console.err(JSONValue.object([("event", .string(name)), ("id", .string(id.description))] + fields).serialized)
+    }
+
+    private var snapshot: BatchSnapshot {
+        let downloads = active.values.sorted { $0.name < $1.name }
+        let bytes = doneBytes + downloads.reduce(0) { $0 + $1.bytesOnDisk }
+        return BatchSnapshot(
+            active: downloads, filesDone: done, filesFailed: failed, filesTotal: total, bytesOnDisk: bytes,
+            expectedBytes: nil, bytesPerSecond: downloads.reduce(0) { $0 + $1.bytesPerSecond },
+            estimatedTimeRemaining: nil)
+    }
+
+    private func draw(force: Bool) {
+        switch mode {
+        case .terminal:
+            guard force || throttle.request(at: .now) else { return }
+            Console.errRaw(display.redraw(snapshot, events: pending, width: Console.terminalWidth))
+            pending = []
+        case .plain:
+            for line in BatchProgressDisplay.plainLines(for: pending) { Console.err(line) }
+            pending = []
+            if force || throttle.request(at: .now) { Console.err(BatchProgressDisplay.totalLine(snapshot)) }
+        default:
+            pending = []
+        }
+    }
+
+    func finish() {
+        draw(force: true)
+        if mode == .terminal { Console.errRaw(display.erase()) }
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import Resumable
+
+/// `resumable list --state DIR`: what a batch's task store holds, without touching it.
+struct ListCommand: CLICommand {
+    static let spec = CommandSpec(
+        name: "list",
+        abstract: "Show the unfinished downloads of a batch's task store.",
+        arguments: [
+            .option("state", value: "dir", help: "The task store of the batch ('get -i LIST --state DIR')."),
+            .flag("json", help: "One JSON object on standard output."),
+        ],
+        discussion: """
+            Reads the store without opening it for writing: it works while the batch runs (the first line then \
+            says so), and changes nothing. Each download shows its state (waiting, paused or failed; a running \
+            batch's downloads show as waiting), the bytes its last checkpoint covers, the size when known, and \
+            its URL. Finished downloads are not listed: their records are removed. Records that cannot be read \
+            are listed as problems; the exit status is then 65.
+            """
+    )
+
+    let stateDirectory: URL
+    let json: Bool
+
+    init(arguments: ParsedArguments) throws(UsageError) {
+        guard let path = arguments.value("state"), !path.isEmpty else { throw UsageError("missing option --state DIR") }
+        stateDirectory = URL(fileURLWithPath: path, isDirectory: true)
+        json = arguments.flag("json")
+    }
+
+    func run() async -> ExitCode {
+        guard FileManager.default.fileExists(atPath: stateDirectory.appendingPathComponent("tasks").path) else {
+            Console.err("error: \(stateDirectory.path) is not the state directory of a batch")
+            return .dataError
+        }
+        let (items, problems, inUse) = TaskStore.listing(directory: stateDirectory)
+        if json {
+            let downloads: [JSONValue] = items.map { item in
+                var fields: [(String, JSONValue)] = [
+                    ("id", .string(item.id.description)),
+                    ("url", .string(HTTPURL.removingUserInfo(item.url).absoluteString)),
+                    ("destination", .string(item.destination.tokenValue)),
+                    ("state", .string(Self.stateName(item.state))),
+                    ("bytesOnDisk", .int(item.bytesOnDisk)),
+                    ("priority", .int(Int64(item.priority))),
+                ]
+                if let length = item.expectedLength { fields.append(("expectedLength", .int(length))) }
+                if case .failed(let error) = item.state { fields.append(("failure", .string(error.message))) }
+                return .object(fields)
+            }
+            let object: JSONValue = .object([
+                ("state", .string(stateDirectory.path)),
+                ("running", .bool(inUse)),
+                ("downloads", .array(downloads)),
+                ("problems", .array(problems.map { .string($0.description) })),
+            ])
+            Console.out(object.serialized)
+        } else {
+            if inUse {
+                Console.out("A batch is running on this store now; its progress is as of the last checkpoints.")
+            }
+            if items.isEmpty { Console.out("No unfinished downloads.") }
+            for item in items {
+                let size = item.expectedLength.map { " / " + ByteFormat.size($0) } ?? ""
+                let line =
+                    "\(Self.stateName(item.state))  \(ByteFormat.size(item.bytesOnDisk))\(size)  "
+                    + HTTPURL.removingUserInfo(item.url).absoluteString + "  -> " + item.destination.tokenValue
+                Console.out(TerminalText.escaped(line))
+            }
+            for problem in problems { Console.err("problem: " + TerminalText.escaped(problem.description)) }
+        }
+        return problems.isEmpty ? .success : .dataError
+    }
+
+    static func stateName(_ state: DownloadQueue.State) -> String {
+        switch state {
+        case .waiting: return "waiting"
+        case .running: return "running"
+        case .paused: return "paused"
+        case .failed: return "failed"
+        }
+    }
+}
