@@ -476,6 +476,8 @@ public actor DownloadQueue {
             send(.finished(id, download))
             perform(schedule.ended(id, paused: false))
         case .failure(let error) where entry.cancelRequested || error.code == .cancelled:
+            // A pause that reached the task first left a token: its bytes go too.
+            discardTemporaryFile(of: error.resumeToken)
             entries[id] = nil
             store?.remove(id)
             summary.cancelled += 1

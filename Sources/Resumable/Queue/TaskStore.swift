@@ -66,7 +66,13 @@ public final class TaskStore: Sendable {
             close(descriptor)
             throw ResumableError(.invalidRequest, "the task store's lock '\(lockPath)' is not a regular file of yours")
         }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+        // `resumable list` probes the lock for an instant with a shared lock: try a few times before giving up.
+        var locked = flock(descriptor, LOCK_EX | LOCK_NB) == 0
+        for _ in 0..<20 where !locked {
+            usleep(5_000)
+            locked = flock(descriptor, LOCK_EX | LOCK_NB) == 0
+        }
+        guard locked else {
             close(descriptor)
             throw ResumableError(
                 .tokenInUse, "the task store '\(path)' is in use by another queue (in this or another process)")

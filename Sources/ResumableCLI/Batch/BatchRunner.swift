@@ -43,13 +43,19 @@ struct BatchRunner {
 
     /// Continues every unfinished download of the store.
     func runStore() async -> ExitCode {
-        await run(total: store.pendingRecordCount()) { queue in
-            for problem in await queue.restore() {
+        let unusable = Mutex(0)
+        let exit = await run(total: store.pendingRecordCount()) { queue in
+            let problems = await queue.restore()
+            unusable.withLock { $0 = problems.count }
+            for problem in problems {
                 Console.err("warning: skipping \(problem.file.path): \(problem.error.message)")
             }
             await queue.resumeAll()
             return nil
         }
+        // Records that could not be used are left in the store: the batch is not complete.
+        if exit == .success, unusable.withLock({ $0 }) > 0 { return .dataError }
+        return exit
     }
 
     /// Subscribes to the queue's events, lets `prepare` fill it (an exit status ends the batch at once: every
