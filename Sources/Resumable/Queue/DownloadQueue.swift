@@ -282,6 +282,18 @@ public actor DownloadQueue {
         for id in schedule.order { pause(id) }
     }
 
+    /// Stops the queue: running downloads pause into their tokens, waiting ones keep their place (in the store
+    /// too, where they stay queued), and nothing starts until ``unsuspend()``. What an interrupted program does:
+    /// it writes one record per running download, not one per download in the queue.
+    public func suspend() {
+        perform(schedule.suspend())
+    }
+
+    /// Lets waiting downloads start again after ``suspend()``.
+    public func unsuspend() {
+        perform(schedule.unsuspend())
+    }
+
     /// Puts a paused (or failed) download back in line.
     public func resume(_ id: TaskID) {
         guard schedule.phase(of: id) == .paused else { return }
@@ -355,15 +367,18 @@ public actor DownloadQueue {
         }
     }
 
-    /// Waits until no download runs or waits (paused and failed ones may remain), then says how they ended
-    /// since the queue was made.
+    /// Waits until no download runs or waits (paused and failed ones may remain; after ``suspend()``, until none
+    /// runs), then says how they ended since the queue was made.
     public func waitUntilIdle() async -> Summary {
         if isIdle { return currentSummary }
         return await withCheckedContinuation { idleWaiters.append($0) }
     }
 
+    /// Nothing runs, and nothing waits that could start (paused or failed ones may remain; while suspended,
+    /// waiting ones too).
     private var isIdle: Bool {
-        !schedule.order.contains { schedule.phase(of: $0) != .paused }
+        if schedule.isSuspended { return schedule.runningCount == 0 }
+        return !schedule.order.contains { schedule.phase(of: $0) != .paused }
     }
 
     private var currentSummary: Summary {

@@ -39,6 +39,8 @@ struct QueueSchedule: Sendable {
     }
 
     private(set) var limits: Limits
+    /// Set by ``suspend()``: nothing starts until ``unsuspend()``.
+    private(set) var isSuspended = false
     private var entries: [DownloadQueue.TaskID: Entry] = [:]
     private var nextOrder: Int64 = 0
 
@@ -144,6 +146,23 @@ struct QueueSchedule: Sendable {
         return fill()
     }
 
+    /// Stops starting downloads and pauses the running ones; waiting ones keep their place and phase.
+    mutating func suspend() -> [Action] {
+        isSuspended = true
+        var actions: [Action] = []
+        for (id, entry) in entries where entry.phase == .running {
+            entries[id]?.phase = .pausing
+            actions.append(.pause(id))
+        }
+        return actions
+    }
+
+    /// Lets waiting downloads start again.
+    mutating func unsuspend() -> [Action] {
+        isSuspended = false
+        return fill()
+    }
+
     // MARK: - Starting
 
     /// Starts waiting downloads, in order, while the limits allow. A download whose host is full does not hold
@@ -151,7 +170,7 @@ struct QueueSchedule: Sendable {
     /// a queue of 10,000 that starts one download when one ends stays linear.
     private mutating func fill() -> [Action] {
         var running = runningCount
-        guard running < limits.concurrent else { return [] }
+        guard !isSuspended, running < limits.concurrent else { return [] }
         var perHost: [String: Int] = [:]
         for entry in entries.values where entry.phase == .running || entry.phase == .pausing {
             perHost[entry.host, default: 0] += 1

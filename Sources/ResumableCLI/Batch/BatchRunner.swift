@@ -73,7 +73,7 @@ struct BatchRunner {
             for await event in events { await display.handle(event) }
         }
         if let early = await prepare(queue) {
-            await queue.pauseAll()
+            await queue.suspend()
             _ = await queue.waitUntilIdle()
             reporter.cancel()
             await display.finish()
@@ -91,7 +91,7 @@ struct BatchRunner {
             }
             let first = await group.next() ?? nil
             if first != nil {
-                await queue.pauseAll()
+                await queue.suspend()
                 _ = await queue.waitUntilIdle()
             }
             group.cancelAll()

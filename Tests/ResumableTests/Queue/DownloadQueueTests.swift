@@ -136,6 +136,31 @@ struct DownloadQueueTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: store.tasksPath).isEmpty)
     }
 
+    @Test("suspend() pauses the running downloads into the store and leaves the waiting ones queued, untouched")
+    func suspendKeepsWaiting() async throws {
+        let fixture = try DownloadFixture()
+        defer { fixture.server.shutdown() }
+        let files = Self.serve(fixture, count: 4, length: 256 << 10)
+        let gate = BodyGate(holdingAfter: 50_000)
+        defer { gate.open() }
+        for index in 0..<2 { fixture.server.enqueue(behavior: Behavior(gate: gate), for: "/file-\(index).bin") }
+        let store = try TaskStore(directory: fixture.directory.url.appendingPathComponent("state"))
+        let queue = DownloadQueue(
+            configuration: .init(maximumConcurrentDownloads: 2, download: DownloadFixture.configuration()), store: store
+        )
+        var ids: [DownloadQueue.TaskID] = []
+        for (url, _) in files { ids.append(try await queue.add(url, destination: .directory(fixture.directory.url))) }
+        #expect(await gate.waitUntilHeld(count: 2, timeout: Waiting.deadline), "\(gate)")
+        await queue.suspend()
+        let summary = await queue.waitUntilIdle()
+        #expect(summary.waitingForResume == 4)
+        #expect(store.record(ids[0])?.state == .paused)
+        #expect(store.record(ids[0])?.token?.offset == 50_000)
+        #expect(store.record(ids[2])?.state == .queued)
+        #expect(store.record(ids[2])?.token == nil)
+        #expect(fixture.server.requests(for: "/file-2.bin").isEmpty, "nothing started while suspended")
+    }
+
     @Test("restore() removes only unowned temporary files of ours in partial/, never another file, never one in use")
     func orphanCleanup() async throws {
         let directory = try TemporaryDirectory()

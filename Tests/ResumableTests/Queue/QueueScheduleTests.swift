@@ -87,6 +87,20 @@ struct QueueScheduleTests {
         #expect(Self.started(schedule.resume(ids[0])).isEmpty)
     }
 
+    @Test("Suspended, the running ones pause, the waiting ones keep their phase and nothing starts until unsuspended")
+    func suspension() {
+        var schedule = QueueSchedule(limits: .init(concurrent: 2, perHost: 2))
+        let ids = Self.ids(4)
+        for id in ids { _ = schedule.add(id, host: "h", priority: 0, paused: false) }
+        #expect(Set(schedule.suspend()) == [.pause(ids[0]), .pause(ids[1])])
+        #expect(Self.started(schedule.ended(ids[0], paused: true)).isEmpty)
+        #expect(Self.started(schedule.ended(ids[1], paused: true)).isEmpty)
+        #expect(schedule.runningCount == 0)
+        #expect(schedule.phase(of: ids[2]) == .waiting)
+        #expect(Self.started(schedule.add(QueueScheduleTests.ID(), host: "h", priority: 9, paused: false)).isEmpty)
+        #expect(Self.started(schedule.unsuspend()).count == 2)
+    }
+
     @Test("Random operations never break the limits or the order, and never start a paused download")
     func randomized() {
         var generator = SystemRandomNumberGenerator()
