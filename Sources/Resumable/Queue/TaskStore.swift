@@ -33,6 +33,8 @@ public final class TaskStore: Sendable {
     private struct State: Sendable {
         /// The records as last written, so a checkpoint replaces only the token.
         var records: [DownloadQueue.TaskID: TaskRecord] = [:]
+        /// The records as they are on disk (written or read), to skip writing one again unchanged.
+        var written: [DownloadQueue.TaskID: TaskRecord] = [:]
         /// Downloads whose checkpoints may still change their record: running ones.
         var acceptingCheckpoints: Set<DownloadQueue.TaskID> = []
     }
@@ -130,13 +132,18 @@ public final class TaskStore: Sendable {
     /// Writes `record` durably and lets its checkpoints update it while `running`.
     func save(_ record: TaskRecord, running: Bool) throws(ResumableError) {
         try state.withLock { (state) throws(ResumableError) in
+            let unchanged = state.written[record.id] == record
             state.records[record.id] = record
             if running {
                 state.acceptingCheckpoints.insert(record.id)
             } else {
                 state.acceptingCheckpoints.remove(record.id)
             }
-            try write(record)
+            // The same record is already on disk (a queued download starting): no write, no fsync.
+            if !unchanged {
+                try write(record)
+                state.written[record.id] = record
+            }
         }
     }
 
@@ -148,6 +155,7 @@ public final class TaskStore: Sendable {
             record.token = token
             state.records[id] = record
             try write(record)
+            state.written[id] = record
         }
     }
 
@@ -155,6 +163,7 @@ public final class TaskStore: Sendable {
     func remove(_ id: DownloadQueue.TaskID) {
         state.withLock { state in
             state.records[id] = nil
+            state.written[id] = nil
             state.acceptingCheckpoints.remove(id)
             let path = recordPath(id)
             if unlink(path) == 0 {
@@ -200,7 +209,10 @@ public final class TaskStore: Sendable {
     func load() -> (records: [TaskRecord], problems: [Problem]) {
         let (records, problems) = Self.readRecords(in: tasksPath)
         state.withLock { state in
-            for record in records { state.records[record.id] = record }
+            for record in records {
+                state.records[record.id] = record
+                state.written[record.id] = record
+            }
         }
         return (records, problems)
     }
