@@ -14,7 +14,7 @@ import Foundation
 /// let summary = await queue.waitUntilIdle()
 /// ```
 ///
-/// ``QueueSchedule`` decides which downloads run; the queue performs its decisions.
+/// `QueueSchedule` decides which downloads run; the queue performs its decisions.
 public actor DownloadQueue {
     /// Identifies a download in a queue and in its ``TaskStore``.
     public struct TaskID: Hashable, Sendable, CustomStringConvertible, Comparable {
