@@ -70,14 +70,14 @@ struct RateLimitedDownloadTests {
     @Test("A connection held by the limit is not a stalled one")
     func heldIsNotStalled() async throws {
         let fixture = try DownloadFixture(transport: .libcurl)
-        let content = testBytes(count: 256 << 10)
+        let content = testBytes(count: 128 << 10)
         fixture.serve(.bytes(content))
-        // Four connections of 64 KiB at 64 KiB/s: each waits about 1 s between its 16 KiB pieces, far longer than
-        // twice this stall timeout.
+        // Four connections of 32 KiB at 16 KiB/s: each waits about 4 s between its 16 KiB pieces, more than twice this
+        // stall timeout; a stall timeout of a second keeps a busy machine's scheduling hiccups from looking like one.
         let events = EventLog()
-        var configuration = Segmented.configuration(.fixed(4), stallTimeout: .milliseconds(200), events: events)
-        configuration.minimumSegmentLength = 64 << 10
-        configuration.rateLimiters = [RateLimiter(bytesPerSecond: 64 << 10)]
+        var configuration = Segmented.configuration(.fixed(4), stallTimeout: .seconds(1), events: events)
+        configuration.minimumSegmentLength = 32 << 10
+        configuration.rateLimiters = [RateLimiter(bytesPerSecond: 16 << 10)]
         let result = try await fixture.download(configuration: configuration).value
         #expect(try fixture.contents(of: result.fileURL) == content)
         let failures = events.all.filter { if case .segmentFailed = $0 { true } else { false } }
