@@ -84,13 +84,13 @@ struct RateLimiterTests {
         // The waiter's first look at `stop` happens inside its wait (reserved, deadline set): it stays there until
         // the rate was lowered, whatever the machine's load, so the change always meets a waiting thread.
         let inside = DispatchSemaphore(value: 0)
-        let lowered_ = DispatchSemaphore(value: 0)
+        let rateChanged = DispatchSemaphore(value: 0)
         let firstLook = Atomic<Bool>(true)
         let slow = Task {
             try await Self.wait(lowered, 10_000) {
                 if firstLook.exchange(false, ordering: .relaxed) {
                     inside.signal()
-                    lowered_.wait()
+                    rateChanged.wait()
                 }
                 return false
             }
@@ -98,7 +98,7 @@ struct RateLimiterTests {
         try await onOwnThread { inside.wait() }
         #expect(lowered.waitingCount == 1)
         lowered.bytesPerSecond = 1
-        lowered_.signal()
+        rateChanged.signal()
         _ = try await slow.value
         #expect(clock.now - second >= .seconds(1))
         #expect(clock.now - second < .seconds(60))
