@@ -559,8 +559,6 @@ public actor DownloadQueue {
     }
 
     private static func host(of url: URL) -> String {
-        let scheme = url.scheme?.lowercased() ?? ""
-        let port = url.port ?? (scheme == "https" ? 443 : 80)
-        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
+        HTTPURL.origin(of: url)
     }
 }

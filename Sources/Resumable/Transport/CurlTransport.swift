@@ -435,10 +435,7 @@ struct CurlConnectionKey: Hashable, Sendable {
     var tls: DownloadTask.TLS
 
     init(_ request: TransportRequest, route: ProxyRoute) {
-        let scheme = request.url.scheme?.lowercased() ?? ""
-        self.scheme = scheme
-        host = request.url.host?.lowercased() ?? ""
-        port = request.url.port ?? (scheme == "https" ? 443 : 80)
+        (scheme, host, port) = HTTPURL.originParts(of: request.url)
         proxy = route.proxy
         tls = request.tls
     }

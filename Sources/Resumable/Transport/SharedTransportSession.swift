@@ -131,10 +131,7 @@ final class URLSessionPool: TransportSession {
         var tls: DownloadTask.TLS
 
         init(_ request: TransportRequest) {
-            let scheme = request.url.scheme?.lowercased() ?? ""
-            self.scheme = scheme
-            host = request.url.host?.lowercased() ?? ""
-            port = request.url.port ?? (scheme == "https" ? 443 : 80)
+            (scheme, host, port) = HTTPURL.originParts(of: request.url)
             proxy = request.proxy
             tls = request.tls
         }

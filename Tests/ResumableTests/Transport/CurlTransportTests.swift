@@ -219,6 +219,8 @@ struct CurlTransportTests {
         let consumer = RecordingConsumer(delayPerChunk: .milliseconds(2))
         let transport = try Self.transport()
         let task = Task { try await transport.execute(Self.request(server.url), consumer: consumer) }
+        // The writer has started (however long a busy machine takes to get there), then had time to fall behind.
+        #expect(try await waitUntil { consumer.state.withLock { $0.bytes } > 0 })
         try await Task.sleep(for: .milliseconds(600))
         let received = consumer.state.withLock { $0.bytes }
         let sent = server.sent.load(ordering: .relaxed)
