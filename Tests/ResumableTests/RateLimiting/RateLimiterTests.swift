@@ -76,26 +76,28 @@ struct RateLimiterTests {
         _ = try await waiter.value
         #expect(clock.now - start < .seconds(60), "a wait of 10^6 s at 1 B/s")
 
-        // 10_000 B/s: 10_000 bytes beyond the burst wait 1 s; lowering the rate to 1 B/s meanwhile must not make it
-        // 10_000 s.
+        // 10_000 B/s: 10_000 bytes beyond the 16 KiB burst wait 1 s from their reservation (one call, so however long
+        // a busy machine takes to get there, the wait is still ahead); lowering the rate to 1 B/s meanwhile must not
+        // make it 10_000 s.
         let lowered = RateLimiter(bytesPerSecond: 10_000)
-        let second = clock.now
-        #expect(try await Self.wait(lowered, 16_384) == .zero)
         // The waiter's first look at `stop` happens inside its wait (reserved, deadline set): it stays there until
-        // the rate was lowered, whatever the machine's load, so the change always meets a waiting thread.
+        // the rate was lowered, so the change always meets a waiting thread. Every wait here is bounded: a thread
+        // left blocked would keep the test process from exiting.
         let inside = DispatchSemaphore(value: 0)
         let rateChanged = DispatchSemaphore(value: 0)
         let firstLook = Atomic<Bool>(true)
+        let second = clock.now
         let slow = Task {
-            try await Self.wait(lowered, 10_000) {
+            try await Self.wait(lowered, 16_384 + 10_000) {
                 if firstLook.exchange(false, ordering: .relaxed) {
                     inside.signal()
-                    rateChanged.wait()
+                    _ = rateChanged.wait(timeout: .now() + 120)
                 }
                 return false
             }
         }
-        try await onOwnThread { inside.wait() }
+        let entered = try await onOwnThread { inside.wait(timeout: .now() + 120) == .success }
+        #expect(entered, "the waiter never looked at stop: it did not wait")
         #expect(lowered.waitingCount == 1)
         lowered.bytesPerSecond = 1
         rateChanged.signal()

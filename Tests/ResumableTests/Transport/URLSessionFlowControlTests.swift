@@ -220,7 +220,9 @@ final class Latch: Sendable {
     /// Waits until ``open()`` when this is the first call; returns at once otherwise.
     func passOrWaitFirstTime() {
         if first.exchange(false, ordering: .acquiringAndReleasing) {
-            semaphore.wait()
+            // Bounded: a test that fails before opening must not leave a thread blocked for good (the test process
+            // would never exit).
+            _ = semaphore.wait(timeout: .now() + 300)
         }
     }
 
