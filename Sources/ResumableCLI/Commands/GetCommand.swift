@@ -70,8 +70,9 @@ struct GetCommand: CLICommand {
             {
                 throw UsageError("with -i, -o must be a directory (it is created when missing)")
             }
-            outputDirectory = URL(fileURLWithPath: output, isDirectory: true)
-            destination = .directory(outputDirectory!)
+            let directory = URL(fileURLWithPath: output, isDirectory: true)
+            outputDirectory = directory
+            destination = .directory(directory)
             stateDirectory =
                 arguments.value("state").map { URL(fileURLWithPath: $0, isDirectory: true) }
                 ?? BatchRunner.defaultStateDirectory(output: output)
