@@ -12,13 +12,19 @@ let package = Package(
         .target(name: "CResumable"),
         .target(name: "Resumable", dependencies: ["CResumable"]),
         .target(name: "LoopbackServer"),
+        // Starting child processes without Foundation's `Process` (see SpawnedProcess.swift): the tests' servers
+        // and tools, and the CLI's `demo`.
+        .target(name: "CProcessSpawning"),
+        .target(name: "ProcessSpawning", dependencies: ["CProcessSpawning"]),
         .executableTarget(
             name: "ResumableCLI",
-            dependencies: ["Resumable", "CResumable", "LoopbackServer"]
+            dependencies: ["Resumable", "CResumable", "LoopbackServer", "ProcessSpawning"]
         ),
-        .testTarget(name: "ResumableTests", dependencies: ["Resumable", "LoopbackServer"]),
-        .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
-        .testTarget(name: "ResumableCLITests", dependencies: ["ResumableCLI", "LoopbackServer", "Resumable"]),
+        .testTarget(name: "ResumableTests", dependencies: ["Resumable", "LoopbackServer", "ProcessSpawning"]),
+        .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer", "ProcessSpawning"]),
+        .testTarget(name: "ProcessSpawningTests", dependencies: ["ProcessSpawning"]),
+        .testTarget(
+            name: "ResumableCLITests", dependencies: ["ResumableCLI", "LoopbackServer", "Resumable", "ProcessSpawning"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 import Testing
 
 @Suite("Misbehavior on request")
@@ -202,22 +203,9 @@ struct BehaviorTests {
     }
 
     private func gunzip(_ data: [UInt8]) throws -> [UInt8] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/gzip")
-        process.arguments = ["-dc"]
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        try process.runSerialized()
-        let writer = Thread {
-            input.fileHandleForWriting.write(Data(data))
-            try? input.fileHandleForWriting.close()
-        }
-        writer.start()
-        let decoded = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        let (termination, decoded) = try SpawnedProcess.run(
+            executable: URL(fileURLWithPath: "/usr/bin/gzip"), arguments: ["-dc"], input: Data(data))
+        #expect(termination == .exited(0))
         return Array(decoded)
     }
 }

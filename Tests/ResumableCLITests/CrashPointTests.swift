@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 import Resumable
 import Testing
 
@@ -291,32 +292,29 @@ final class CrashLab {
         _ = FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
         let stdout = try FileHandle(forWritingTo: stdoutURL)
         let stderr = try FileHandle(forWritingTo: stderrURL)
-        let process = Process()
-        process.executableURL = CLIProcess.executable
-        process.arguments = arguments
-        process.currentDirectoryURL = directory
-        process.environment = environment
-        process.standardOutput = stdout
-        process.standardError = stderr
-        process.standardInput = FileHandle.nullDevice
-        let (exited, continuation) = AsyncStream<Void>.makeStream()
-        process.terminationHandler = { _ in continuation.finish() }
-        try process.runSerialized()
-        let pid = process.processIdentifier
-        let watchdog = Task {
-            try await Task.sleep(for: CLIProcess.deadline)
-            kill(pid, SIGKILL)
-        }
-        for await _ in exited {}
-        watchdog.cancel()
+        let process = try SpawnedProcess(
+            executable: CLIProcess.executable,
+            arguments: arguments,
+            environment: environment,
+            currentDirectory: directory,
+            standardInput: .nullDevice,
+            standardOutput: .handle(stdout),
+            standardError: .handle(stderr)
+        )
         try? stdout.close()
         try? stderr.close()
-        if process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL {
+        let watchdog = Task {
+            try await Task.sleep(for: CLIProcess.deadline)
+            process.send(SIGKILL)
+        }
+        let termination = await process.exit()
+        watchdog.cancel()
+        if termination == .signaled(SIGKILL) {
             Issue.record("resumable \(arguments) did not finish within \(CLIProcess.deadline)")
         }
         return CLIResult(
-            exitCode: process.terminationReason == .exit ? process.terminationStatus : nil,
-            signal: process.terminationReason == .uncaughtSignal ? process.terminationStatus : nil,
+            exitCode: termination.exitStatus,
+            signal: termination.signal,
             stdout: (try? String(contentsOf: stdoutURL, encoding: .utf8)) ?? "",
             stderr: (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? ""
         )

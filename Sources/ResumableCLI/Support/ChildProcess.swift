@@ -1,4 +1,5 @@
 import Foundation
+import ProcessSpawning
 
 /// Runs another process and collects its standard output; standard error is passed through.
 enum ChildProcess {
@@ -25,24 +26,17 @@ enum ChildProcess {
 
     /// Runs `executable` with `arguments` to its end.
     static func run(_ executable: URL, _ arguments: [String]) async throws -> Output {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
         let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = FileHandle.standardError
+        let process = try SpawnedProcess(
+            executable: executable, arguments: arguments, standardOutput: .pipe(pipe), standardError: .inherit)
         let reader = pipe.fileHandleForReading
-        try process.run()
         let pid = process.processIdentifier
         let data = await withCheckedContinuation { (continuation: CheckedContinuation<Data, Never>) in
             DispatchQueue.global().async {
                 continuation.resume(returning: reader.readDataToEndOfFile())
             }
         }
-        process.waitUntilExit()
-        let status =
-            process.terminationReason == .uncaughtSignal
-            ? 128 + process.terminationStatus : process.terminationStatus
+        let status = await process.exit().shellStatus
         return Output(pid: pid, status: status, standardOutput: data)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 import Synchronization
 import Testing
 
@@ -35,7 +36,7 @@ struct CLIResult: Sendable, CustomStringConvertible {
 final class CLIProcess: Sendable {
     /// The process id.
     let pid: Int32
-    private let process: Mutex<Process>
+    private let process: SpawnedProcess
     private let output = Mutex((stdout: Data(), stderr: Data(), openStreams: 2))
 
     /// The built `resumable` executable: `RESUMABLE_CLI` when set, else beside the test bundle.
@@ -47,26 +48,28 @@ final class CLIProcess: Sendable {
     init(
         _ arguments: [String], in directory: URL, fileSizeLimit blocks: Int? = nil, environment: [String: String] = [:]
     ) throws {
-        let process = Process()
-        if !environment.isEmpty {
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        }
+        let executable: URL
+        let fullArguments: [String]
         if let blocks {
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", "ulimit -f \(blocks) && exec \"$0\" \"$@\"", Self.executable.path] + arguments
+            executable = URL(fileURLWithPath: "/bin/sh")
+            fullArguments = ["-c", "ulimit -f \(blocks) && exec \"$0\" \"$@\"", Self.executable.path] + arguments
         } else {
-            process.executableURL = Self.executable
-            process.arguments = arguments
+            executable = Self.executable
+            fullArguments = arguments
         }
-        process.currentDirectoryURL = directory
         let stdout = Pipe()
         let stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        process.standardInput = FileHandle.nullDevice
-        try process.runSerialized()
+        let process = try SpawnedProcess(
+            executable: executable,
+            arguments: fullArguments,
+            environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
+            currentDirectory: directory,
+            standardInput: .nullDevice,
+            standardOutput: .pipe(stdout),
+            standardError: .pipe(stderr)
+        )
         pid = process.processIdentifier
-        self.process = Mutex(process)
+        self.process = process
         collect(stdout.fileHandleForReading, isStandardError: false)
         collect(stderr.fileHandleForReading, isStandardError: true)
     }
@@ -79,27 +82,16 @@ final class CLIProcess: Sendable {
         try await start(arguments, in: directory, environment: environment).finish(timeout: timeout)
     }
 
-    /// Starts `resumable` as ``init(_:in:fileSizeLimit:environment:)`` does, but spawns it from a thread of its own: spawning
-    /// lists and closes every open descriptor for the child, which takes a while in a test process with hundreds
-    /// of sockets open, and no thread of the cooperative pool should wait for it.
+    /// Starts `resumable` as ``init(_:in:fileSizeLimit:environment:)`` does.
     static func start(
         _ arguments: [String], in directory: URL, fileSizeLimit blocks: Int? = nil, environment: [String: String] = [:]
     ) async throws -> CLIProcess {
-        try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread {
-                continuation.resume(
-                    with: Result {
-                        try CLIProcess(arguments, in: directory, fileSizeLimit: blocks, environment: environment)
-                    })
-            }
-            thread.name = "CLIProcess.start"
-            thread.start()
-        }
+        try CLIProcess(arguments, in: directory, fileSizeLimit: blocks, environment: environment)
     }
 
     /// Sends `signal` to the process.
     func send(_ signal: Int32) {
-        kill(pid, signal)
+        process.send(signal)
     }
 
     /// Standard output so far.
@@ -118,7 +110,7 @@ final class CLIProcess: Sendable {
     func finish(timeout: Duration = CLIProcess.deadline) async throws -> CLIResult {
         let clock = ContinuousClock()
         let deadline = clock.now + timeout
-        while process.withLock({ $0.isRunning }) || output.withLock({ $0.openStreams > 0 }) {
+        while process.isRunning || output.withLock({ $0.openStreams > 0 }) {
             if clock.now >= deadline {
                 send(SIGKILL)
                 Issue.record("resumable did not finish within \(timeout)")
@@ -127,11 +119,11 @@ final class CLIProcess: Sendable {
             }
             try await Task.sleep(for: .milliseconds(10))
         }
-        let (reason, status) = process.withLock { ($0.terminationReason, $0.terminationStatus) }
+        let termination = await process.exit()
         return output.withLock { output in
             CLIResult(
-                exitCode: reason == .exit ? status : nil,
-                signal: reason == .uncaughtSignal ? status : nil,
+                exitCode: termination.exitStatus,
+                signal: termination.signal,
                 stdout: String(decoding: output.stdout, as: UTF8.self),
                 stderr: String(decoding: output.stderr, as: UTF8.self)
             )

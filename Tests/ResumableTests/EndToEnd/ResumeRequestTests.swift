@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 import Testing
 
 @testable import Resumable
@@ -201,21 +202,9 @@ enum GzipFixture {
     }
 
     private static func compressBlocking(_ bytes: [UInt8]) -> [UInt8] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/gzip")
-        process.arguments = ["-c"]
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        guard (try? process.runSerialized()) != nil else { return [] }
-        let writer = Thread {
-            input.fileHandleForWriting.write(Data(bytes))
-            try? input.fileHandleForWriting.close()
-        }
-        writer.start()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return [UInt8](data)
+        let result = try? SpawnedProcess.run(
+            executable: URL(fileURLWithPath: "/bin/gzip"), arguments: ["-c"], input: Data(bytes))
+        guard let result, result.termination == .exited(0) else { return [] }
+        return [UInt8](result.output)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 import Testing
 
 @testable import Resumable
@@ -121,15 +122,9 @@ struct SHA256HasherTests {
         let content = testBytes(count: 3 * SHA256Hasher.readChunk + 12_345, seed: 42)
         try Data(content).write(to: URL(fileURLWithPath: path))
         let output = try await onOwnThread { () throws -> String in
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["openssl", "dgst", "-sha256", "-r", path]
-            let pipe = Pipe()
-            process.standardOutput = pipe
-            try process.runSerialized()
-            let data = pipe.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            guard process.terminationStatus == 0 else { return "openssl failed: \(process.terminationStatus)" }
+            let (termination, data) = try SpawnedProcess.run(
+                executable: URL(fileURLWithPath: "/usr/bin/env"), arguments: ["openssl", "dgst", "-sha256", "-r", path])
+            guard termination == .exited(0) else { return "openssl failed: \(termination)" }
             return String(decoding: data, as: UTF8.self)
         }
         let expected = String(output.prefix(64))

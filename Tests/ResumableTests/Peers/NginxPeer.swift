@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 
 #if canImport(Glibc)
     import Glibc
@@ -249,13 +250,13 @@ final class NginxPeer: Sendable {
     private static let temporaryPathModules: [String] = {
         let all = ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"]
         guard let executable else { return all }
-        let process = Process()
+        // nginx -V prints to standard error.
         let pipe = Pipe()
-        process.executableURL = executable
-        process.arguments = ["-V"]
-        process.standardOutput = pipe
-        process.standardError = pipe
-        guard (try? process.runSerialized()) != nil else { return all }
+        guard
+            let process = try? SpawnedProcess(
+                executable: executable, arguments: ["-V"], standardInput: .nullDevice, standardOutput: .pipe(pipe),
+                standardError: .pipe(pipe))
+        else { return all }
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let flags = String(decoding: data, as: UTF8.self)

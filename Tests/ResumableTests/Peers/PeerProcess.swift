@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 import Synchronization
 
 #if canImport(Glibc)
@@ -57,11 +58,11 @@ final class PeerProcess: Sendable {
     let name: String
     /// The loopback port the peer listens on.
     let port: UInt16
-    private let process: Process
+    private let process: SpawnedProcess
     private let logs: [URL]
     private let stopped = Mutex(false)
 
-    private init(name: String, port: UInt16, process: Process, logs: [URL]) {
+    private init(name: String, port: UInt16, process: SpawnedProcess, logs: [URL]) {
         self.name = name
         self.port = port
         self.process = process
@@ -98,17 +99,13 @@ final class PeerProcess: Sendable {
             guard FileManager.default.createFile(atPath: output.path, contents: nil) else {
                 throw PeerError(description: "cannot create \(output.path)")
             }
-            let process = Process()
-            do {
-                let handle = try FileHandle(forWritingTo: output)
-                defer { try? handle.close() }  // the child has its own copy
-                process.executableURL = executable
-                process.arguments = try arguments(port)
-                process.standardInput = FileHandle.nullDevice
-                process.standardOutput = handle
-                process.standardError = handle
-                try runWithoutBlockedSignals(process)
-            }
+            // The child starts with no signal blocked (SpawnedProcess sees to it): the threads Swift concurrency
+            // runs on block SIGTERM, and a child that inherited that would be deaf to stop(signal:).
+            let handle = try FileHandle(forWritingTo: output)
+            defer { try? handle.close() }  // the child has its own copy
+            let process = try SpawnedProcess(
+                executable: executable, arguments: try arguments(port), standardInput: .nullDevice,
+                standardOutput: .handle(handle), standardError: .handle(handle))
             let peer = PeerProcess(name: name, port: port, process: process, logs: [output] + logs)
             if try await peer.waitUntilReady(documentRoot: documentRoot, probe: probe) { return peer }
             let diagnostics = peer.diagnostics()
@@ -118,18 +115,6 @@ final class PeerProcess: Sendable {
             throw PeerError(description: "\(name) exited before it served a file on port \(port):\n\(diagnostics)")
         }
         throw PeerError(description: "\(name) found no free port in \(attempts) attempts")
-    }
-
-    /// Runs `process` with no signal blocked in it. A child inherits the signal mask of the thread that
-    /// spawns it, and the threads Swift concurrency runs on block most signals (SIGTERM among them), which
-    /// would make the server deaf to ``stop(signal:)``.
-    private static func runWithoutBlockedSignals(_ process: Process) throws {
-        var unblocked = sigset_t()
-        var saved = sigset_t()
-        sigemptyset(&unblocked)
-        pthread_sigmask(SIG_SETMASK, &unblocked, &saved)
-        defer { pthread_sigmask(SIG_SETMASK, &saved, nil) }
-        try process.runSerialized()
     }
 
     /// Sends `signal` to the process at once, without waiting: a thread of its own waits for the exit, sends
@@ -143,16 +128,11 @@ final class PeerProcess: Sendable {
         }
         guard first else { return }
         let process = self.process
-        if process.isRunning {
-            kill(process.processIdentifier, signal)
-        }
+        process.send(signal)
         let reaper = Thread {
             if !Self.waitForExit(of: process, within: .seconds(30)) {
-                kill(process.processIdentifier, SIGKILL)
+                process.send(SIGKILL)
                 _ = Self.waitForExit(of: process, within: .seconds(30))
-            }
-            if !process.isRunning {
-                process.waitUntilExit()
             }
         }
         reaper.name = "PeerProcess.reaper"
@@ -171,7 +151,7 @@ final class PeerProcess: Sendable {
     }
 
     /// Polls until `process` exited; blocking, so only for a thread of its own.
-    private static func waitForExit(of process: Process, within timeout: Duration) -> Bool {
+    private static func waitForExit(of process: SpawnedProcess, within timeout: Duration) -> Bool {
         let deadline = ContinuousClock.now + timeout
         while process.isRunning {
             if ContinuousClock.now >= deadline { return false }

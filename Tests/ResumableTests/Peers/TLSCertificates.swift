@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 import Synchronization
 
 /// Certificates for the TLS tests, made with the `openssl` command once per test process and shared by every test
@@ -221,29 +222,23 @@ struct TLSCertificates: Sendable {
 
     /// Runs `executable` with `arguments` and returns its standard output; throws with its output when it fails.
     private static func run(_ executable: URL, _ arguments: [String], in directory: URL) throws -> Data {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        process.currentDirectoryURL = directory
-        process.standardInput = FileHandle.nullDevice
         let output = directory.appendingPathComponent("openssl-output-\(UUID().uuidString)")
         let errors = directory.appendingPathComponent("openssl-errors-\(UUID().uuidString)")
         for log in [output, errors] { _ = FileManager.default.createFile(atPath: log.path, contents: nil) }
         defer { for log in [output, errors] { try? FileManager.default.removeItem(at: log) } }
         let outputHandle = try FileHandle(forWritingTo: output)
         let errorHandle = try FileHandle(forWritingTo: errors)
-        process.standardOutput = outputHandle
-        process.standardError = errorHandle
-        try process.runSerialized()
-        process.waitUntilExit()
+        let process = try SpawnedProcess(
+            executable: executable, arguments: arguments, currentDirectory: directory, standardInput: .nullDevice,
+            standardOutput: .handle(outputHandle), standardError: .handle(errorHandle))
         try? outputHandle.close()
         try? errorHandle.close()
+        let termination = process.waitUntilExit()
         let printed = (try? Data(contentsOf: output)) ?? Data()
-        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+        guard termination == .exited(0) else {
             let message = (try? String(contentsOf: errors, encoding: .utf8)) ?? ""
             throw PeerError(
-                description:
-                    "openssl \(arguments.joined(separator: " ")) failed (\(process.terminationStatus)):\n\(message)")
+                description: "openssl \(arguments.joined(separator: " ")) failed (\(termination)):\n\(message)")
         }
         return printed
     }

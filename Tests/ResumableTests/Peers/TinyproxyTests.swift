@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 import Synchronization
 import Testing
 
@@ -503,13 +504,8 @@ enum ResumableBinary {
     /// Runs the binary to its end on a thread of its own.
     static func run(_ arguments: [String], environment: [String: String], in directory: URL) async throws -> Outcome {
         try await onOwnThread {
-            let process = Process()
-            process.executableURL = executable
-            process.arguments = arguments
-            process.currentDirectoryURL = directory
             var base: [String: String] = [:]
             for name in ["PATH", "HOME"] { base[name] = ProcessInfo.processInfo.environment[name] }
-            process.environment = base.merging(environment) { $1 }
             let output = directory.appendingPathComponent(".stdout-\(UUID().uuidString)")
             let errors = directory.appendingPathComponent(".stderr-\(UUID().uuidString)")
             _ = FileManager.default.createFile(atPath: output.path, contents: nil)
@@ -518,13 +514,16 @@ enum ResumableBinary {
                 try? FileManager.default.removeItem(at: output)
                 try? FileManager.default.removeItem(at: errors)
             }
-            process.standardOutput = try FileHandle(forWritingTo: output)
-            process.standardError = try FileHandle(forWritingTo: errors)
-            process.standardInput = FileHandle.nullDevice
-            try process.runSerialized()
-            process.waitUntilExit()
+            let outputHandle = try FileHandle(forWritingTo: output)
+            let errorHandle = try FileHandle(forWritingTo: errors)
+            let process = try SpawnedProcess(
+                executable: executable, arguments: arguments, environment: base.merging(environment) { $1 },
+                currentDirectory: directory, standardInput: .nullDevice, standardOutput: .handle(outputHandle),
+                standardError: .handle(errorHandle))
+            try? outputHandle.close()
+            try? errorHandle.close()
             return Outcome(
-                status: process.terminationStatus,
+                status: process.waitUntilExit().shellStatus,
                 stdout: (try? String(contentsOf: output, encoding: .utf8)) ?? "",
                 stderr: (try? String(contentsOf: errors, encoding: .utf8)) ?? "")
         }

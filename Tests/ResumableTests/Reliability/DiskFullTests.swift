@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackServer
+import ProcessSpawning
 import Testing
 
 @testable import Resumable
@@ -37,13 +38,9 @@ final class SmallFileSystem {
     }
 
     private static func run(_ tool: String, _ arguments: [String]) -> Bool {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: tool)
-        process.arguments = arguments
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.runSerialized()) != nil else { return false }
-        process.waitUntilExit()
-        return process.terminationStatus == 0
+        let result = try? SpawnedProcess.run(
+            executable: URL(fileURLWithPath: tool), arguments: arguments, standardError: .nullDevice)
+        return result?.termination == .exited(0)
     }
 }
 
