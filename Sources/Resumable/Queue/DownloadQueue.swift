@@ -230,7 +230,8 @@ public actor DownloadQueue {
     }
 
     /// Brings back every unfinished download of the store, in its place and state, and removes the temporary
-    /// files in the store that no download owns any more (see ``TaskStore``).
+    /// files in the store that no download owns any more (see ``TaskStore``); none when a record could not be read,
+    /// as it may name one of them.
     ///
     /// - Returns: The record files that could not be used; they are left where they are.
     @discardableResult
@@ -259,7 +260,10 @@ public actor DownloadQueue {
                 record.id, host: Self.host(of: record.url), priority: record.priority,
                 paused: record.state != .queued, order: record.order)
         }
-        store.removeUnownedTemporaryFiles(keeping: referenced)
+        // A record that could not be read may name one of them: then nothing is removed.
+        if problems.isEmpty {
+            store.removeUnownedTemporaryFiles(keeping: referenced)
+        }
         perform(actions)
         return problems
     }

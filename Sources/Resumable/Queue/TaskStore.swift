@@ -206,8 +206,24 @@ public final class TaskStore: Sendable {
     }
 
     /// Reads every record; those that cannot be read are reported and left alone.
+    ///
+    /// Records that name the same temporary file are all refused: two downloads writing into one file would splice
+    /// them. The store writes no such records; a crafted or damaged store can hold them.
     func load() -> (records: [TaskRecord], problems: [Problem]) {
-        let (records, problems) = Self.readRecords(in: tasksPath)
+        var (records, problems) = Self.readRecords(in: tasksPath)
+        let paths = records.compactMap { $0.token?.tempPath }
+        let shared = Set(Dictionary(grouping: paths) { $0 }.filter { $0.value.count > 1 }.keys)
+        if !shared.isEmpty {
+            for record in records {
+                guard let path = record.token?.tempPath, shared.contains(path) else { continue }
+                problems.append(
+                    Problem(
+                        file: URL(fileURLWithPath: recordPath(record.id)),
+                        error: ResumableError.invalidToken(
+                            field: "token.tempPath", "names a temporary file another record names too")))
+            }
+            records.removeAll { $0.token.map { shared.contains($0.tempPath) } ?? false }
+        }
         state.withLock { state in
             for record in records {
                 state.records[record.id] = record

@@ -194,6 +194,17 @@ struct BatchCLITests {
         let process = try await CLIProcess.start(
             ["get", "-i", "list.txt", "-o", "out/", "--state", "state"], in: scratch.url)
         #expect(await gate.waitUntilHeld(count: 3, timeout: CLIProcess.deadline), "\(gate)")
+        // Held by the server is not yet written by the client: wait for the three temporary files to hold it all.
+        let partial = scratch.url.appendingPathComponent("state/partial")
+        let written = try await eventually {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: partial.path)) ?? []
+            let sizes = names.compactMap {
+                (try? FileManager.default.attributesOfItem(atPath: partial.appendingPathComponent($0).path))?[.size]
+                    as? NSNumber
+            }
+            return sizes.count == 3 && sizes.allSatisfy { $0.int64Value == 100_000 }
+        }
+        #expect(written)
         process.send(SIGINT)
         let interrupted = try await process.finish()
         gate.open()

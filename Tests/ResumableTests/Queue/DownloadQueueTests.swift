@@ -82,6 +82,7 @@ struct DownloadQueueTests {
                 configuration: .init(maximumConcurrentDownloads: 3, download: configuration), store: store)
             for (url, _) in files { try await queue.add(url, destination: .directory(output)) }
             #expect(await gate.waitUntilHeld(count: 3, timeout: Waiting.deadline), "\(gate)")
+            #expect(try await waitUntilTemporaryFiles(in: store.partialPath, count: 3, eachHolding: 100_000))
             await queue.pauseAll()
             let summary = await queue.waitUntilIdle()
             #expect(summary.waitingForResume == 3)
@@ -151,6 +152,7 @@ struct DownloadQueueTests {
         var ids: [DownloadQueue.TaskID] = []
         for (url, _) in files { ids.append(try await queue.add(url, destination: .directory(fixture.directory.url))) }
         #expect(await gate.waitUntilHeld(count: 2, timeout: Waiting.deadline), "\(gate)")
+        #expect(try await waitUntilTemporaryFiles(in: store.partialPath, count: 2, eachHolding: 50_000))
         await queue.suspend()
         let summary = await queue.waitUntilIdle()
         #expect(summary.waitingForResume == 4)

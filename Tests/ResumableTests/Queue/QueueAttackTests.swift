@@ -35,6 +35,7 @@ struct QueueAttackTests {
         #expect(await queue.restore().isEmpty)
         let id = try await queue.add(url, destination: .directory(output))
         #expect(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
+        #expect(try await waitUntilTemporaryFiles(in: store.partialPath, count: 1, eachHolding: 100_000))
         await queue.pause(id)
         _ = await queue.waitUntilIdle()
         gate.open()
@@ -124,5 +125,74 @@ struct QueueAttackTests {
                 atPath: URL(fileURLWithPath: store.tasksPath)
                     .appendingPathComponent("\(id).json").path),
             "the record of 100000 bytes on disk was removed after a failed write")
+    }
+
+    /// A paused download with 100000 bytes in the store at `state`; returns its record file and temporary file.
+    private static func pausedDownload(
+        _ fixture: DownloadFixture, state: URL
+    ) async throws -> (record: URL, temporary: String) {
+        let bytes = testBytes(count: 256 << 10, seed: 9)
+        let url = fixture.serve(.bytes(bytes), at: "/kept.bin")
+        let gate = BodyGate(holdingAfter: 100_000)
+        fixture.server.enqueue(behavior: Behavior(gate: gate), for: "/kept.bin")
+        let output = fixture.directory.url.appendingPathComponent("out")
+        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
+        let store = try TaskStore(directory: state)
+        let queue = DownloadQueue(configuration: .init(download: DownloadFixture.configuration()), store: store)
+        let id = try await queue.add(url, destination: .directory(output))
+        #expect(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
+        #expect(try await waitUntilTemporaryFiles(in: store.partialPath, count: 1, eachHolding: 100_000))
+        await queue.pause(id)
+        _ = await queue.waitUntilIdle()
+        gate.open()
+        let temporary = try #require(store.record(id)?.token?.tempPath)
+        #expect(store.record(id)?.token?.offset == 100_000)
+        return (state.appendingPathComponent("tasks/\(id).json"), temporary)
+    }
+
+    /// `restore()` removed every temporary file no *readable* record named: a record it could not read (written by
+    /// a newer version of the library, or damaged) lost its download's bytes.
+    @Test("A record restore() cannot read keeps its temporary file: nothing is removed while one is unreadable")
+    func unreadableRecordKeepsItsFile() async throws {
+        let fixture = try DownloadFixture()
+        defer { fixture.server.shutdown() }
+        let state = fixture.directory.url.appendingPathComponent("state")
+        let (record, temporary) = try await Self.pausedDownload(fixture, state: state)
+        // A newer library's record for the same download.
+        var object = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: record)) as? [String: Any])
+        object["version"] = 2
+        try JSONSerialization.data(withJSONObject: object).write(to: record)
+
+        let store = try TaskStore(directory: state)
+        let queue = DownloadQueue(configuration: .init(download: DownloadFixture.configuration()), store: store)
+        let problems = await queue.restore()
+        #expect(problems.map(\.error.code) == [.newerTokenVersion])
+        #expect(FileManager.default.fileExists(atPath: temporary), "the unreadable record's 100000 bytes were deleted")
+        #expect(Self.partialFiles(store).count == 1)
+    }
+
+    /// Two records whose tokens name one temporary file would resume two downloads into it, each writing its bytes
+    /// at its own offsets: a spliced file.
+    @Test("Records that name the same temporary file are all refused, and the file is kept")
+    func sharedTemporaryFileIsRefused() async throws {
+        let fixture = try DownloadFixture()
+        defer { fixture.server.shutdown() }
+        let state = fixture.directory.url.appendingPathComponent("state")
+        let (record, temporary) = try await Self.pausedDownload(fixture, state: state)
+        var object = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: record)) as? [String: Any])
+        let twin = DownloadQueue.TaskID()
+        object["id"] = twin.description
+        object["url"] = fixture.server.url(for: "/other.bin").absoluteString
+        try JSONSerialization.data(withJSONObject: object).write(
+            to: state.appendingPathComponent("tasks/\(twin).json"))
+
+        let store = try TaskStore(directory: state)
+        let queue = DownloadQueue(configuration: .init(download: DownloadFixture.configuration()), store: store)
+        let problems = await queue.restore()
+        #expect(problems.count == 2, "\(problems)")
+        #expect(problems.allSatisfy { "\($0.error)".contains("another record") }, "\(problems)")
+        #expect(await queue.items.isEmpty)
+        #expect(FileManager.default.fileExists(atPath: temporary))
+        #expect(fixture.server.requests(for: "/other.bin").isEmpty)
     }
 }

@@ -73,6 +73,21 @@ extension DownloadFixture {
     }
 }
 
+/// Waits until `directory` holds `count` of the library's temporary files with `bytes` bytes each: the downloads
+/// have *written* what a gate let through, not only received it (a pause before that leaves less on disk).
+func waitUntilTemporaryFiles(in directory: String, count: Int, eachHolding bytes: Int64) async throws -> Bool {
+    try await waitUntil {
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+            TemporaryFileName.isValid($0)
+        }
+        let sizes = names.compactMap { name in
+            (try? FileManager.default.attributesOfItem(atPath: (directory as NSString).appendingPathComponent(name)))?[
+                .size] as? NSNumber
+        }
+        return sizes.count == count && sizes.allSatisfy { $0.int64Value == bytes }
+    }
+}
+
 /// Lets a held body go on in small steps until `condition` holds: for what a download only does while bytes
 /// arrive, such as a periodic checkpoint. The limit never passes `bodyLength - 1`, so the download cannot
 /// finish meanwhile.
