@@ -548,7 +548,8 @@ public actor DownloadQueue {
         let record = TaskRecord(
             id: id, url: entry.url, destination: entry.destination, priority: entry.priority, order: order,
             state: state ?? current?.state ?? .queued, expectedSHA256: entry.expectedSHA256,
-            token: current?.token ?? entry.token, failure: entry.failure?.message)
+            token: current?.token ?? entry.token, failure: entry.failure?.message,
+            checkpointedAt: current?.checkpointedAt, bytesPerSecond: current?.bytesPerSecond)
         try store.save(record, running: running ?? store.isRunning(id))
     }
 

@@ -30,11 +30,16 @@ struct TaskRecord: Sendable, Equatable {
     var token: ResumeToken?
     /// Why it failed, for ``State/failed``.
     var failure: String?
+    /// When the last checkpoint of a running download was written.
+    var checkpointedAt: Date?
+    /// A running download's rate between its last two checkpoints; `nil` once it stopped running.
+    var bytesPerSecond: Int64?
 }
 
 extension TaskRecord: Codable {
     private enum Keys: String, CodingKey {
         case version, id, url, destination, priority, order, state, expectedSHA256, token, failure
+        case checkpointedAt, bytesPerSecond
     }
 
     init(from decoder: any Decoder) throws {
@@ -82,6 +87,17 @@ extension TaskRecord: Codable {
         self.expectedSHA256 = digest
         self.token = try container.decodeIfPresent(ResumeToken.self, forKey: .token)
         self.failure = try container.decodeIfPresent(String.self, forKey: .failure)
+        if let text = try container.decodeIfPresent(String.self, forKey: .checkpointedAt) {
+            guard let date = ISO8601.parse(text) else {
+                throw ResumableError.invalidToken(field: "checkpointedAt", "is not an RFC 3339 date-time")
+            }
+            checkpointedAt = date
+        }
+        let rate = try container.decodeIfPresent(Int64.self, forKey: .bytesPerSecond)
+        if let rate, !(0...Self.maximumOrder).contains(rate) {
+            throw ResumableError.invalidToken(field: "bytesPerSecond", "is not between 0 and \(Self.maximumOrder)")
+        }
+        bytesPerSecond = rate
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -96,5 +112,7 @@ extension TaskRecord: Codable {
         try container.encodeIfPresent(expectedSHA256, forKey: .expectedSHA256)
         try container.encodeIfPresent(token, forKey: .token)
         try container.encodeIfPresent(failure, forKey: .failure)
+        try container.encodeIfPresent(checkpointedAt.map(ISO8601.format), forKey: .checkpointedAt)
+        try container.encodeIfPresent(bytesPerSecond, forKey: .bytesPerSecond)
     }
 }

@@ -131,6 +131,9 @@ public final class TaskStore: Sendable {
 
     /// Writes `record` durably and lets its checkpoints update it while `running`.
     func save(_ record: TaskRecord, running: Bool) throws(ResumableError) {
+        var record = record
+        // A rate describes a running download only.
+        if !running { record.bytesPerSecond = nil }
         try state.withLock { (state) throws(ResumableError) in
             let unchanged = state.written[record.id] == record
             state.records[record.id] = record
@@ -148,10 +151,20 @@ public final class TaskStore: Sendable {
     }
 
     /// A running download's checkpoint: replaces its record's token, unless the download is no longer running
-    /// (a pause, a failure or the end wrote the record after this checkpoint was taken).
-    func checkpoint(_ id: DownloadQueue.TaskID, token: ResumeToken) throws {
+    /// (a pause, a failure or the end wrote the record after this checkpoint was taken). The record also gets the
+    /// time and the rate since the previous checkpoint of the same temporary file, for `resumable list`.
+    func checkpoint(_ id: DownloadQueue.TaskID, token: ResumeToken, now: Date = Date()) throws {
         try state.withLock { (state) throws(ResumableError) in
             guard state.acceptingCheckpoints.contains(id), var record = state.records[id] else { return }
+            record.bytesPerSecond = nil
+            if let previous = record.token, let since = record.checkpointedAt, previous.tempPath == token.tempPath {
+                let seconds = now.timeIntervalSince(since)
+                let bytes = Double(max(token.offset - previous.offset, 0))
+                if seconds > 0, seconds.isFinite {
+                    record.bytesPerSecond = Int64(min(bytes / seconds, Double(TaskRecord.maximumOrder)))
+                }
+            }
+            record.checkpointedAt = now
             record.token = token
             state.records[id] = record
             try write(record)
@@ -235,25 +248,13 @@ public final class TaskStore: Sendable {
 
     /// What the store in `directory` holds, without opening it (no lock taken, nothing created or removed): for
     /// `resumable list` while a batch runs. `inUse`: a queue holds the store now.
-    package static func listing(directory: URL) -> (
+    ///
+    /// While a queue holds the store, a queued download whose last checkpoint is at most
+    /// ``runningCheckpointAge`` old is listed as running, with the rate between its last two checkpoints.
+    package static func listing(directory: URL, now: Date = Date()) -> (
         items: [DownloadQueue.Item], problems: [Problem], inUse: Bool
     ) {
         let path = directory.standardizedFileURL.path
-        let (records, problems) = readRecords(in: (path as NSString).appendingPathComponent("tasks"))
-        let items = records.sorted {
-            $0.priority != $1.priority ? $0.priority > $1.priority : $0.order < $1.order
-        }.map { record in
-            let state: DownloadQueue.State
-            switch record.state {
-            case .queued: state = .waiting
-            case .paused: state = .paused
-            case .failed: state = .failed(ResumableError(.network, record.failure ?? "failed"))
-            }
-            return DownloadQueue.Item(
-                id: record.id, url: record.url, destination: record.destination, priority: record.priority,
-                state: state, bytesOnDisk: record.token?.offset ?? 0, expectedLength: record.token?.expectedLength,
-                bytesPerSecond: 0)
-        }
         var inUse = false
         let descriptor = open(
             (path as NSString).appendingPathComponent("lock"), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
@@ -262,6 +263,30 @@ public final class TaskStore: Sendable {
             inUse = flock(descriptor, LOCK_SH | LOCK_NB) != 0
         }
         if descriptor >= 0 { close(descriptor) }
+        let (records, problems) = readRecords(in: (path as NSString).appendingPathComponent("tasks"))
+        let items = records.sorted {
+            $0.priority != $1.priority ? $0.priority > $1.priority : $0.order < $1.order
+        }.map { record in
+            let state: DownloadQueue.State
+            var rate: Int64 = 0
+            switch record.state {
+            case .queued:
+                if inUse, let checkpointed = record.checkpointedAt, let bytesPerSecond = record.bytesPerSecond,
+                    abs(now.timeIntervalSince(checkpointed)) <= runningCheckpointAge
+                {
+                    state = .running
+                    rate = bytesPerSecond
+                } else {
+                    state = .waiting
+                }
+            case .paused: state = .paused
+            case .failed: state = .failed(ResumableError(.network, record.failure ?? "failed"))
+            }
+            return DownloadQueue.Item(
+                id: record.id, url: record.url, destination: record.destination, priority: record.priority,
+                state: state, bytesOnDisk: record.token?.offset ?? 0, expectedLength: record.token?.expectedLength,
+                bytesPerSecond: Double(rate))
+        }
         return (items, problems, inUse)
     }
 
@@ -286,6 +311,9 @@ public final class TaskStore: Sendable {
     }
 
     static let maximumRecordSize = 1 << 20
+
+    /// How old a running download's last checkpoint may be for ``listing(directory:now:)`` to call it running.
+    package static let runningCheckpointAge: TimeInterval = 10
 
     private static func decodeRecord(_ data: Data, decoder: JSONDecoder) throws(ResumableError) -> TaskRecord {
         do {

@@ -12,9 +12,9 @@ struct ListCommand: CLICommand {
         ],
         discussion: """
             Reads the store without opening it for writing: it works while the batch runs (the first line then \
-            says so), and changes nothing. Each download shows its state (waiting, paused or failed; a running \
-            batch's downloads show as waiting), the bytes its last checkpoint covers, the size when known, and \
-            its URL. Finished downloads are not listed: their records are removed. Records that cannot be read \
+            says so), and changes nothing. Each download shows its state (waiting, running, paused or failed), \
+            the bytes its last checkpoint covers, the size when known, the rate of a running one (between its \
+            last two checkpoints, by default a second apart), and its URL. Finished downloads are not listed: their records are removed. Records that cannot be read \
             are listed as problems; the exit status is then 65.
             """
     )
@@ -42,6 +42,7 @@ struct ListCommand: CLICommand {
                     ("destination", .string(item.destination.tokenValue)),
                     ("state", .string(Self.stateName(item.state))),
                     ("bytesOnDisk", .int(item.bytesOnDisk)),
+                    ("bytesPerSecond", .int(ByteFormat.wholeNumber(item.bytesPerSecond))),
                     ("priority", .int(Int64(item.priority))),
                 ]
                 if let length = item.expectedLength { fields.append(("expectedLength", .int(length))) }
@@ -62,8 +63,10 @@ struct ListCommand: CLICommand {
             if items.isEmpty { Console.out("No unfinished downloads.") }
             for item in items {
                 let size = item.expectedLength.map { " / " + ByteFormat.size($0) } ?? ""
+                var rate = ""
+                if case .running = item.state { rate = "  " + ByteFormat.rate(item.bytesPerSecond) }
                 let line =
-                    "\(Self.stateName(item.state))  \(ByteFormat.size(item.bytesOnDisk))\(size)  "
+                    "\(Self.stateName(item.state))  \(ByteFormat.size(item.bytesOnDisk))\(size)\(rate)  "
                     + HTTPURL.removingUserInfo(item.url).absoluteString + "  -> " + item.destination.tokenValue
                 Console.out(TerminalText.escaped(line))
             }

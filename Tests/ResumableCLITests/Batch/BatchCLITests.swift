@@ -177,6 +177,57 @@ struct BatchCLITests {
         #expect(scratch.partialFiles(in: out).isEmpty)
     }
 
+    @Test("list while a batch runs: the running download shows as running, with the rate between its checkpoints")
+    func listShowsRunningRate() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let scratch = try ScratchDirectory()
+        let length = 4 << 20
+        server.register(.bytes(Resource.generatedBytes(seed: 12, range: 0..<Int64(length))), at: "/r.bin")
+        let gate = BodyGate(holdingAfter: 64 << 10)
+        server.enqueue(behavior: Behavior(gate: gate), for: "/r.bin")
+        defer { gate.open() }
+        try Data((server.url(for: "/r.bin").absoluteString + "\n").utf8).write(to: scratch.file("list.txt"))
+        let process = try await CLIProcess.start(
+            ["get", "-i", "list.txt", "-o", "out/", "--state", "state", "-q"], in: scratch.url)
+        #expect(await gate.waitUntilHeld(timeout: CLIProcess.deadline), "\(gate)")
+        let tasks = scratch.url.appendingPathComponent("state/tasks")
+        let rateRecorded: @Sendable () -> Bool = {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: tasks.path)) ?? []
+            return names.contains { name in
+                guard let data = try? Data(contentsOf: tasks.appendingPathComponent(name)),
+                    let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+                else { return false }
+                return ((object["bytesPerSecond"] as? NSNumber)?.int64Value ?? 0) > 0
+            }
+        }
+        // A listing within ten seconds of the last checkpoint calls the download running; a busy machine may delay
+        // the listing past that, so let bytes go by and list again until it does.
+        var listed: CLIResult?
+        for _ in 0..<5 {
+            #expect(try await trickle(gate, bodyLength: Int64(length), until: rateRecorded))
+            let result = try await CLIProcess.run(["list", "--state", "state", "--json"], in: scratch.url)
+            if result.stdout.contains("\"running\"") {
+                listed = result
+                break
+            }
+        }
+        let json = try #require(listed, "list never showed the download running")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        #expect(object["running"] as? Bool == true)
+        let download = try #require((object["downloads"] as? [[String: Any]])?.first)
+        #expect(download["state"] as? String == "running")
+        #expect(((download["bytesPerSecond"] as? NSNumber)?.int64Value ?? 0) > 0, "\(download)")
+        process.send(SIGINT)
+        let interrupted = try await process.finish()
+        #expect(interrupted.exitCode == 130, "\(interrupted)")
+        let after = try await CLIProcess.run(["list", "--state", "state", "--json"], in: scratch.url)
+        let paused = try #require(try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [String: Any])
+        let pausedDownload = try #require((paused["downloads"] as? [[String: Any]])?.first)
+        #expect(pausedDownload["state"] as? String == "paused")
+        #expect((pausedDownload["bytesPerSecond"] as? NSNumber)?.int64Value == 0)
+    }
+
     @Test("SIGINT pauses the whole batch into the store (exit 130); list shows it; resume --state finishes it")
     func interruptAndResume() async throws {
         let server = try LoopbackServer()
