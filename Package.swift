@@ -24,7 +24,8 @@ let package = Package(
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer", "ProcessSpawning"]),
         .testTarget(name: "ProcessSpawningTests", dependencies: ["ProcessSpawning"]),
         .testTarget(
-            name: "ResumableCLITests", dependencies: ["ResumableCLI", "LoopbackServer", "Resumable", "ProcessSpawning"]),
+            name: "ResumableCLITests",
+            dependencies: ["ResumableCLI", "LoopbackServer", "Resumable", "ProcessSpawning", "CProcessSpawning"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,6 +1,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <spawn.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "CProcessSpawning.h"
 
@@ -22,4 +25,16 @@ int resumable_spawn_add_chdir(posix_spawn_file_actions_t *actions, const char *p
     (void)path;
     return ENOSYS;
 #endif
+}
+
+int resumable_open_pseudo_terminal(char *name, unsigned long length) {
+    int primary = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (primary < 0) return -1;
+    if (grantpt(primary) != 0 || unlockpt(primary) != 0 || ptsname_r(primary, name, length) != 0) {
+        int saved = errno;
+        close(primary);
+        errno = saved;
+        return -1;
+    }
+    return primary;
 }

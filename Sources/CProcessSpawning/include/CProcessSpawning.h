@@ -10,4 +10,8 @@ int resumable_spawn_add_close_from(posix_spawn_file_actions_t *actions, int from
 /// posix_spawn_file_actions_addchdir_np: the child changes to `path` before it runs; 0 or an error number.
 int resumable_spawn_add_chdir(posix_spawn_file_actions_t *actions, const char *path);
 
+/// Opens a new pseudo-terminal (posix_openpt, grantpt, unlockpt, ptsname_r): its primary side's descriptor, or -1
+/// with errno set; the path of its terminal side in `name`. For tests that give a child a terminal.
+int resumable_open_pseudo_terminal(char *name, unsigned long length);
+
 #endif

@@ -246,7 +246,8 @@ actor BatchDisplay {
         switch mode {
         case .terminal:
             guard force || throttle.request(at: .now) else { return }
-            Console.errRaw(display.redraw(snapshot, events: pending, width: Console.terminalWidth))
+            let size = Console.terminalSize
+            Console.errRaw(display.redraw(snapshot, events: pending, width: size?.columns ?? 80, height: size?.rows))
             pending = []
         case .plain:
             for line in BatchProgressDisplay.plainLines(for: pending) { Console.err(line) }

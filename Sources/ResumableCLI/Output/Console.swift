@@ -40,16 +40,19 @@ enum Console {
 
     /// The width of the terminal on standard error, 80 when unknown.
     static var terminalWidth: Int {
+        terminalSize?.columns ?? 80
+    }
+
+    /// The size of the terminal on standard error; `nil` when it is not a terminal or does not say.
+    static var terminalSize: (columns: Int, rows: Int?)? {
         var size = winsize()
         #if canImport(Glibc)
             let request = UInt(TIOCGWINSZ)
         #else
             let request = TIOCGWINSZ
         #endif
-        if ioctl(STDERR_FILENO, request, &size) == 0, size.ws_col > 0 {
-            return Int(size.ws_col)
-        }
-        return 80
+        guard ioctl(STDERR_FILENO, request, &size) == 0, size.ws_col > 0 else { return nil }
+        return (Int(size.ws_col), size.ws_row > 0 ? Int(size.ws_row) : nil)
     }
 
     private static func write(_ text: String, to descriptor: Int32) {
