@@ -55,7 +55,7 @@ extension DownloadTask {
         ///   fault: a file or directory that is missing or unreadable, a pin that is not `sha256//` and 44 base64
         ///   characters.
         mutating func validate() throws(ResumableError) {
-            trust = trust.resolved(environment: ProcessInfo.processInfo.environment)
+            trust = trust.resolved(environment: ProcessEnvironment.values(Trust.variableNames))
             try trust.check()
             try clientCertificate?.check()
             try pinnedPublicKey?.check()
@@ -129,6 +129,9 @@ extension DownloadTask.TLS {
         }
 
         /// ``environment`` made concrete by curl's rule; any other trust as it is.
+        /// The variables ``resolved(environment:)`` reads.
+        static let variableNames = ["CURL_CA_BUNDLE", "SSL_CERT_DIR", "SSL_CERT_FILE"]
+
         func resolved(environment: [String: String]) -> Trust {
             guard kind == .environment else { return self }
             func value(_ name: String) -> String? {
@@ -150,7 +153,7 @@ extension DownloadTask.TLS {
         /// The file and directory to hand a TLS library, `nil` meaning none; `system` when the built-in store is
         /// meant. ``environment`` is resolved first from the current environment.
         var locations: (system: Bool, file: String?, directory: String?) {
-            switch resolved(environment: ProcessInfo.processInfo.environment).kind {
+            switch resolved(environment: ProcessEnvironment.values(Self.variableNames)).kind {
             case .environment, .system: return (true, nil, nil)
             case .pem(let file, let directory): return (false, file, directory)
             }

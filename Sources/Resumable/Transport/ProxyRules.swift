@@ -54,7 +54,7 @@ struct ProxyRules: Sendable {
     var environment: [String: String]
 
     /// The rules over `environment`, by default the process's environment now.
-    init(environment: [String: String] = ProcessInfo.processInfo.environment) {
+    init(environment: [String: String] = ProcessEnvironment.values(ProxyRules.variableNames)) {
         self.environment = environment
     }
 
