@@ -306,7 +306,7 @@ private final class CurlTransfer: @unchecked Sendable {
                 // "Name:" would remove a header curl adds; "Name;" sends it with an empty value.
                 try append(header.value.isEmpty ? "\(header.name);" : "\(header.name): \(header.value)")
             }
-            if !request.headers.contains(where: { $0.name.caseInsensitiveCompare("Accept") == .orderedSame }) {
+            if !request.headers.contains(where: { ResponseHead.sameName($0.name, "Accept") }) {
                 try append("Accept:")
             }
             let code = cresumable_curl_easy_setopt_pointer(table, easy, CRESUMABLE_CURLOPT_HTTPHEADER, list)
@@ -605,18 +605,32 @@ struct HeadCollector {
         }
         if let first = line.first, first == " " || first == "\t" {
             guard !fields.isEmpty else { return .malformed("a continuation line without a field") }
-            let continued = line.trimmingCharacters(in: .whitespaces)
+            let continued = Self.trimmingWhitespace(line[...])
             fields[fields.count - 1].value += fields[fields.count - 1].value.isEmpty ? continued : " " + continued
             return .incomplete
         }
         guard let colon = line.firstIndex(of: ":") else {
             return .malformed("malformed header line \(line.debugDescription)")
         }
-        let name = String(line[..<colon]).trimmingCharacters(in: .whitespaces)
-        let value = String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+        let name = Self.trimmingWhitespace(line[..<colon])
+        let value = Self.trimmingWhitespace(line[line.index(after: colon)...])
         guard !name.isEmpty else { return .malformed("a header line without a name") }
         fields.append(HTTPHeader(name: name, value: value))
         return .incomplete
+    }
+
+    /// `text` without leading and trailing whitespace as `trimmingCharacters(in: .whitespaces)` means it (tab and
+    /// the space separators, U+00A0 of an ISO-8859-1 line included), without bridging to `NSString`.
+    static func trimmingWhitespace(_ text: Substring) -> String {
+        func isWhitespace(_ scalar: Unicode.Scalar) -> Bool {
+            scalar == " " || scalar == "\t"
+                || (scalar.value >= 0x80 && scalar.properties.generalCategory == .spaceSeparator)
+        }
+        let scalars = text.unicodeScalars
+        guard let first = scalars.firstIndex(where: { !isWhitespace($0) }),
+            let last = scalars.lastIndex(where: { !isWhitespace($0) })
+        else { return "" }
+        return String(scalars[first...last])
     }
 }
 
