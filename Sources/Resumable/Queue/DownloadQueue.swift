@@ -382,12 +382,12 @@ public actor DownloadQueue {
     /// waiting ones too).
     private var isIdle: Bool {
         if schedule.isSuspended { return schedule.runningCount == 0 }
-        return !schedule.order.contains { schedule.phase(of: $0) != .paused }
+        return !schedule.hasUnpaused
     }
 
     private var currentSummary: Summary {
         var result = summary
-        result.waitingForResume = schedule.order.count
+        result.waitingForResume = schedule.count
         return result
     }
 

@@ -63,6 +63,13 @@ struct QueueSchedule: Sendable {
         }.map(\.key)
     }
 
+    /// How many downloads the schedule holds, in any phase.
+    var count: Int { entries.count }
+
+    /// Whether any download waits, runs or is pausing: one pass without sorting, usually ending at the first entry
+    /// (``order`` sorts them all, which the queue must not do after every change of a queue of thousands).
+    var hasUnpaused: Bool { entries.values.contains { $0.phase != .paused } }
+
     /// How many run (pausing ones included: their connections are still open).
     var runningCount: Int { entries.values.count { $0.phase == .running || $0.phase == .pausing } }
 
