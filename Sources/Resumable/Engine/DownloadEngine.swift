@@ -113,12 +113,11 @@ final class DownloadEngine: Sendable {
     /// its own, so that no thread of Swift's cooperative pool (two on a two-core machine) waits for the disk: an
     /// application's other tasks go on meanwhile. Not a global dispatch queue: on Linux its width is the number of
     /// cores, and a caller's blocked callbacks there could leave no thread for the work, which waits on the
-    /// download's own serial queues. A task makes at most a few such threads (a restart, finishing, ending).
+    /// download's own serial queues. A task needs at most a few such threads (a restart, finishing, ending), which
+    /// are reused (``ReusedThreads``).
     static func offThePool<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
         await withCheckedContinuation { continuation in
-            let thread = Thread { continuation.resume(returning: work()) }
-            thread.name = "Resumable.disk"
-            thread.start()
+            ReusedThreads.disk.run { continuation.resume(returning: work()) }
         }
     }
 

@@ -4,8 +4,9 @@ import Synchronization
 
 /// A transport that drives libcurl directly, loaded at run time (see ``CurlLibrary``).
 ///
-/// Each request runs on its own `Thread` with a multi handle and one easy handle: the thread loops
-/// `curl_multi_perform` / `curl_multi_poll`, so no Swift concurrency thread ever blocks. The multi handle owns
+/// Each request runs on a thread of its own (one an earlier request left idle, see ``ReusedThreads``) with a multi
+/// handle and one easy handle: the thread loops `curl_multi_perform` / `curl_multi_poll`, so no Swift concurrency
+/// thread ever blocks. The multi handle owns
 /// curl's connection cache: with ``connections`` set (a session, from ``DownloadTask/Transport/makeSession()``),
 /// each request takes a multi handle an earlier request to the same origin left there, and with it the kept-alive
 /// connection (see ``CurlConnectionCache``); without, each request has a multi handle, and so a connection, of its
@@ -101,9 +102,7 @@ private final class CurlTransfer: @unchecked Sendable {
 
     func start(_ continuation: CheckedContinuation<Result<Void, ResumableError>, Never>) {
         worker.continuation = continuation
-        let thread = Thread { [self] in run() }
-        thread.name = "Resumable.curl"
-        thread.start()
+        ReusedThreads.transfers.run { [self] in run() }
     }
 
     /// Stops the transfer from any thread: the flag is seen by the loop and by every callback.
