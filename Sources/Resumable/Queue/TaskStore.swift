@@ -153,6 +153,11 @@ public final class TaskStore: Sendable {
     /// A running download's checkpoint: replaces its record's token, unless the download is no longer running
     /// (a pause, a failure or the end wrote the record after this checkpoint was taken). The record also gets the
     /// time and the rate since the previous checkpoint of the same temporary file, for `resumable list`.
+    ///
+    /// A token that covers no byte, while the record on disk has no token, is kept in memory only (the next write
+    /// of the record carries it): the record on disk, without a token, says the same, that nothing is on disk yet
+    /// (`docs/task-store.md`: the token is absent until a byte is on disk). This is the checkpoint every download
+    /// hands over as soon as its response is accepted; for a small file, a third of its record writes.
     func checkpoint(_ id: DownloadQueue.TaskID, token: ResumeToken, now: Date = Date()) throws {
         try state.withLock { (state) throws(ResumableError) in
             guard state.acceptingCheckpoints.contains(id), var record = state.records[id] else { return }
@@ -167,6 +172,9 @@ public final class TaskStore: Sendable {
             record.checkpointedAt = now
             record.token = token
             state.records[id] = record
+            if token.offset == 0, token.completedRanges.isEmpty, let written = state.written[id], written.token == nil {
+                return
+            }
             try write(record)
             state.written[id] = record
         }
