@@ -6,10 +6,32 @@ extension HTTPURL {
     ///
     /// The last `@` is taken, as WHATWG URL parsers do, so that nothing of a malformed `a@b@host` survives.
     static func userInfoRange(in string: String) -> Range<String.Index>? {
+        // Every token and record write asks (a URL Foundation made is ASCII): bytes, without `NSString`'s search.
+        if string.utf8.allSatisfy({ $0 < 0x80 }) { return asciiUserInfoRange(in: string) }
         guard let separator = string.range(of: "://") else { return nil }
         let authority = string[separator.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
         guard let at = authority.lastIndex(of: "@") else { return nil }
         return authority.startIndex..<string.index(after: at)
+    }
+
+    /// ``userInfoRange(in:)`` of an ASCII string, where a byte is a character.
+    private static func asciiUserInfoRange(in string: String) -> Range<String.Index>? {
+        let bytes = string.utf8
+        let separator = Array("://".utf8)
+        var start = bytes.startIndex
+        while true {
+            guard let colon = bytes[start...].firstIndex(of: UInt8(ascii: ":")) else { return nil }
+            if bytes[colon...].starts(with: separator) {
+                start = bytes.index(colon, offsetBy: separator.count)
+                break
+            }
+            start = bytes.index(after: colon)
+        }
+        let authority = bytes[start...].prefix {
+            $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#")
+        }
+        guard let at = authority.lastIndex(of: UInt8(ascii: "@")) else { return nil }
+        return start..<bytes.index(after: at)
     }
 
     /// Whether `url` carries a user name or password (`user:password@host`), even an empty one.
