@@ -185,14 +185,16 @@ struct QueueSchedule: Sendable {
         var actions: [Action] = []
         while running < limits.concurrent {
             var best: (id: DownloadQueue.TaskID, entry: Entry)?
-            for (id, entry) in entries where entry.phase == .waiting && perHost[entry.host, default: 0] < limits.perHost
-            {
+            for (id, entry) in entries where entry.phase == .waiting {
                 if let current = best?.entry,
                     current.priority > entry.priority
                         || (current.priority == entry.priority && current.order < entry.order)
                 {
                     continue
                 }
+                // The host's count (a hash of its name) only for an entry that would be the best so far: a few per
+                // pass, not one per waiting entry.
+                guard perHost[entry.host, default: 0] < limits.perHost else { continue }
                 best = (id, entry)
             }
             guard let (id, entry) = best else { break }
