@@ -39,8 +39,16 @@ public final class TaskStore: Sendable {
         var acceptingCheckpoints: Set<DownloadQueue.TaskID> = []
     }
 
-    /// Writes are serialized: a checkpoint arriving late never overtakes the pause that followed it.
+    /// The records in memory; held for bookkeeping only, never across a write to disk.
     private let state = Mutex(State())
+    /// One record's writes are serialized: what is decided and written for it under its stripe happens in that
+    /// order (a checkpoint arriving late never overtakes the pause that followed it), while records of different
+    /// downloads are encoded and written in parallel. Taken before `state`, never while holding it.
+    private let stripes: [Stripe] = (0..<32).map { _ in Stripe() }
+
+    private final class Stripe: Sendable {
+        let lock = Mutex(())
+    }
     /// `lock`, held with `flock` while the store is open: one queue per store, across processes.
     private let lockDescriptor: Int32
 
@@ -107,9 +115,11 @@ public final class TaskStore: Sendable {
 
     /// Drops the record's token (its temporary file is gone); written with the next ``save(_:running:)``.
     func forgetToken(_ id: DownloadQueue.TaskID) {
-        state.withLock { state in
-            state.records[id]?.token = nil
-            state.acceptingCheckpoints.remove(id)
+        stripe(id).lock.withLock { _ in
+            state.withLock { state in
+                state.records[id]?.token = nil
+                state.acceptingCheckpoints.remove(id)
+            }
         }
     }
 
@@ -129,24 +139,30 @@ public final class TaskStore: Sendable {
 
     // MARK: - Writing
 
+    private func stripe(_ id: DownloadQueue.TaskID) -> Stripe {
+        stripes[Int(UInt(bitPattern: id.hashValue) % UInt(stripes.count))]
+    }
+
     /// Writes `record` durably and lets its checkpoints update it while `running`.
     func save(_ record: TaskRecord, running: Bool) throws(ResumableError) {
         var record = record
         // A rate describes a running download only.
         if !running { record.bytesPerSecond = nil }
-        try state.withLock { (state) throws(ResumableError) in
-            let unchanged = state.written[record.id] == record
-            state.records[record.id] = record
-            if running {
-                state.acceptingCheckpoints.insert(record.id)
-            } else {
-                state.acceptingCheckpoints.remove(record.id)
+        try stripe(record.id).lock.withLock { (_) throws(ResumableError) in
+            let unchanged = state.withLock { state in
+                let unchanged = state.written[record.id] == record
+                state.records[record.id] = record
+                if running {
+                    state.acceptingCheckpoints.insert(record.id)
+                } else {
+                    state.acceptingCheckpoints.remove(record.id)
+                }
+                return unchanged
             }
             // The same record is already on disk (a queued download starting): no write, no fsync.
-            if !unchanged {
-                try write(record)
-                state.written[record.id] = record
-            }
+            guard !unchanged else { return }
+            try write(record)
+            state.withLock { $0.written[record.id] = record }
         }
     }
 
@@ -159,33 +175,41 @@ public final class TaskStore: Sendable {
     /// (`docs/task-store.md`: the token is absent until a byte is on disk). This is the checkpoint every download
     /// hands over as soon as its response is accepted; for a small file, a third of its record writes.
     func checkpoint(_ id: DownloadQueue.TaskID, token: ResumeToken, now: Date = Date()) throws {
-        try state.withLock { (state) throws(ResumableError) in
-            guard state.acceptingCheckpoints.contains(id), var record = state.records[id] else { return }
-            record.bytesPerSecond = nil
-            if let previous = record.token, let since = record.checkpointedAt, previous.tempPath == token.tempPath {
-                let seconds = now.timeIntervalSince(since)
-                let bytes = Double(max(token.offset - previous.offset, 0))
-                if seconds > 0, seconds.isFinite {
-                    record.bytesPerSecond = Int64(min(bytes / seconds, Double(TaskRecord.maximumOrder)))
+        try stripe(id).lock.withLock { (_) throws(ResumableError) in
+            let record = state.withLock { state -> TaskRecord? in
+                guard state.acceptingCheckpoints.contains(id), var record = state.records[id] else { return nil }
+                record.bytesPerSecond = nil
+                if let previous = record.token, let since = record.checkpointedAt, previous.tempPath == token.tempPath {
+                    let seconds = now.timeIntervalSince(since)
+                    let bytes = Double(max(token.offset - previous.offset, 0))
+                    if seconds > 0, seconds.isFinite {
+                        record.bytesPerSecond = Int64(min(bytes / seconds, Double(TaskRecord.maximumOrder)))
+                    }
                 }
+                record.checkpointedAt = now
+                record.token = token
+                state.records[id] = record
+                if token.offset == 0, token.completedRanges.isEmpty, let written = state.written[id],
+                    written.token == nil
+                {
+                    return nil
+                }
+                return record
             }
-            record.checkpointedAt = now
-            record.token = token
-            state.records[id] = record
-            if token.offset == 0, token.completedRanges.isEmpty, let written = state.written[id], written.token == nil {
-                return
-            }
+            guard let record else { return }
             try write(record)
-            state.written[id] = record
+            state.withLock { $0.written[id] = record }
         }
     }
 
     /// Removes the record of a download that finished or was cancelled; later checkpoints are ignored.
     func remove(_ id: DownloadQueue.TaskID) {
-        state.withLock { state in
-            state.records[id] = nil
-            state.written[id] = nil
-            state.acceptingCheckpoints.remove(id)
+        stripe(id).lock.withLock { _ in
+            state.withLock { state in
+                state.records[id] = nil
+                state.written[id] = nil
+                state.acceptingCheckpoints.remove(id)
+            }
             let path = recordPath(id)
             if unlink(path) == 0 {
                 DurableSteps.record(.unlink, path)
