@@ -53,6 +53,14 @@ struct URLSessionDeliveryStatistics: Hashable, Sendable {
     /// synchronous write callback. What waits is at most the high-water mark plus what one socket event delivers (see
     /// ``URLSessionFlowControl``).
     ///
+    /// The callbacks run on a serial dispatch queue of this queue's own (``callbacks``), not on the concurrent queue
+    /// an `OperationQueue` makes for itself on Linux. That one runs on the global default-QoS thread pool, which on
+    /// Linux is also Swift concurrency's global executor and which adds no thread while as many as there are cores
+    /// run: there, a consumer that blocks (writes, waits for a rate limiter) would take a thread from every task,
+    /// and busy tasks would keep a response head from its consumer for as long as they ran: on a loaded machine,
+    /// long enough for the connect timeout to fail the request. A serial queue runs on libdispatch's overcommit pool, which
+    /// gives it a thread whenever it has work: the consumer is called on a thread of its own, as with libcurl.
+    ///
     /// Nothing is blocked. Other sessions go on: all of them share one serial work queue, which a blocked thread
     /// would stop. The session's own work queue goes on too: a task can be made, cancelled or resumed (its
     /// `workQueue.sync` calls never wait for the isolation queue), and cancelling a task removes its easy handle at
@@ -75,12 +83,16 @@ struct URLSessionDeliveryStatistics: Hashable, Sendable {
 
         private let limits: URLSessionFlowControl
         private let state = Mutex(State())
+        /// The serial queue the callbacks run on (see the type's notes); held here because `underlyingQueue` does
+        /// not retain it.
+        let callbacks = DispatchQueue(label: "Resumable URLSession delivery")
 
         init(limits: URLSessionFlowControl) {
             self.limits = limits
             super.init()
             maxConcurrentOperationCount = 1
             name = "Resumable URLSession delivery"
+            underlyingQueue = callbacks
         }
 
         /// What the queue did so far.

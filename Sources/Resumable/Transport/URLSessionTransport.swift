@@ -111,20 +111,7 @@ final class URLSessionTransport: TransportSession {
         guard let task = made else { throw TransportSessionClosed.error }
         defer { router.remove(task) }
         // URLSession shows no connect phase: the connect timeout bounds the wait for the head (see ConnectWatchdog).
-        let diagQueue = delegateQueue
-        let watchdog = ConnectWatchdog(timeout: request.connectTimeout) {
-            // URLFLAKE-DIAG
-            let path = "/tmp/urlflake-diag-\(getpid())-\(Int(Date().timeIntervalSince1970 * 1000))"
-            var text = "task state \(task.state.rawValue) received \(task.countOfBytesReceived) response \(String(describing: task.response))\n"
-            if let q = diagQueue as? URLSessionDeliveryQueue { text += "delivery \(q.currentStatistics) ops \(q.operationCount) suspended \(q.isSuspended)\n" }
-            try? text.write(toFile: path + ".txt", atomically: true, encoding: .utf8)
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/bin/sh")
-            p.arguments = ["-c", "gdb -p \(getpid()) -batch -ex 'info threads' -ex 'thread apply all bt 40' > \(path).bt 2>&1"]
-            try? p.run()
-            p.waitUntilExit()
-            handler.connectTimedOut()
-        }
+        let watchdog = ConnectWatchdog(timeout: request.connectTimeout) { handler.connectTimedOut() }
         defer { watchdog.cancel() }
         let outcome: Result<Void, ResumableError> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in

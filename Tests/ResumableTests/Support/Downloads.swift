@@ -109,9 +109,6 @@ extension DownloadFixture {
         server.enqueue(behavior: Behavior(dropAfterBytes: bytes), for: path)
         let task = try download(path, configuration: DownloadFixture.configuration(retries: 0), transport: transport)
         let error = try #require(await failure(of: task))
-        if error.code == .timedOut {  // URLFLAKE-DIAG
-            print("URLFLAKE-DIAG requests \(server.requests(for: path)) all \(server.requests.count)")
-        }
         #expect(error.isTransient, "\(error)")
         let token = try #require(error.resumeToken, "a transient failure carries a token: \(error)")
         #expect(token.offset == bytes)
