@@ -144,11 +144,13 @@ struct PrefixHasherTests {
         }
         hasher.advance(to: 1 << 20)
         try #require(try await Self.wait(for: reading), "the thread never read")
-        async let outcome = Self.failure(of: hasher, length: 1 << 20)
+        // A task, not `async let`: an `async let` is awaited when the scope ends, before the `defer` above cancels,
+        // so a failed `#require` below would wait for a digest only the cancel ends (and leave its thread blocked).
+        let outcome = Task { try await Self.failure(of: hasher, length: 1 << 20) }
         try #require(try await Self.wait(for: waiting), "digest never started waiting")
         hasher.cancel()
         // The thread is still held in its read: the digest returned on its own.
-        #expect(try await outcome == .cancelled)
+        #expect(try await outcome.value == .cancelled)
         #expect(try await Self.failure(of: hasher, length: 1 << 20) == .cancelled)
         hasher.cancel()
         release.signal()
