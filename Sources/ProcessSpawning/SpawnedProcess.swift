@@ -41,6 +41,9 @@ public final class SpawnedProcess: Sendable {
         case exited(Int32)
         /// A signal ended it.
         case signaled(Int32)
+        /// It ended, but someone else reaped it, so how is lost: the kernel reaps every child itself while this
+        /// process ignores SIGCHLD (a disposition inherited across `exec`), and any `waitpid` elsewhere may.
+        case unknown
 
         /// The exit status, when the child called `exit`.
         public var exitStatus: Int32? {
@@ -57,6 +60,7 @@ public final class SpawnedProcess: Sendable {
             switch self {
             case .exited(let status): status
             case .signaled(let signal): 128 + signal
+            case .unknown: 255
             }
         }
 
@@ -64,6 +68,7 @@ public final class SpawnedProcess: Sendable {
             switch self {
             case .exited(let status): "exit \(status)"
             case .signaled(let signal): "signal \(signal)"
+            case .unknown: "ended, reaped elsewhere"
             }
         }
     }
@@ -252,6 +257,12 @@ public final class SpawnedProcess: Sendable {
             if let ended { return ended }
             var status: Int32 = 0
             let result = waitpid(processIdentifier, &status, WNOHANG)
+            if result == -1, errno == ECHILD {
+                // No longer a child of this process: it ended and was reaped elsewhere (see `unknown`). Waiting
+                // again would wait forever, and its process id may be another process's now.
+                ended = .unknown
+                return ended
+            }
             guard result == processIdentifier else { return nil }
             // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift does not import as functions.
             let signal = status & 0x7f

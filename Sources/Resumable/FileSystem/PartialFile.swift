@@ -208,9 +208,16 @@ final class PartialFile: Sendable {
     /// `renamex_np(RENAME_EXCL)`): there is
     /// no instant at which the file has two names (where that call is missing, `link` then `unlink`). Across
     /// file systems the data is copied to a sibling of the destination first, then moved the same way.
+    ///
+    /// Once moved, the destination's directory is flushed, so that the new name is on disk before the caller
+    /// removes what said the download was unfinished (a token file, a task record): otherwise a crash could keep the
+    /// removal and lose the rename, and the finished file would be back under a temporary name nothing names.
     func move(to destination: String, replacing: Bool) throws(ResumableError) {
         var code = Self.rename(path, to: destination, replacing: replacing)
-        if code == 0 { return }
+        if code == 0 {
+            Self.flushDirectory(of: destination)
+            return
+        }
         if code == EXDEV {
             let copy = try copyBeside(destination)
             code = Self.rename(copy, to: destination, replacing: replacing)
@@ -218,6 +225,7 @@ final class PartialFile: Sendable {
                 unlink(copy)
                 throw .fileSystem("moving to", path: destination, errno: code)
             }
+            Self.flushDirectory(of: destination)
             remove()
             return
         }
@@ -252,6 +260,15 @@ final class PartialFile: Sendable {
         guard Self.systemRename(source, destination) == 0 else { return errno }
         DurableSteps.record(.rename, destination)
         return 0
+    }
+
+    /// Flushes the directory holding `path` (its entries), as after writing a token; best effort.
+    private static func flushDirectory(of path: String) {
+        let directory = (path as NSString).deletingLastPathComponent
+        let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        fsync(descriptor)
+        close(descriptor)
     }
 
     /// rename(2), which replaces `destination`; 0 or -1 with `errno` set.

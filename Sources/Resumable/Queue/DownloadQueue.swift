@@ -550,7 +550,8 @@ public actor DownloadQueue {
             state: state ?? current?.state ?? .queued, expectedSHA256: entry.expectedSHA256,
             token: current?.token ?? entry.token, failure: entry.failure?.message,
             checkpointedAt: current?.checkpointedAt, bytesPerSecond: current?.bytesPerSecond)
-        try store.save(record, running: running ?? store.isRunning(id))
+        // The store's token as of the write, not of `current`: a checkpoint may land in between.
+        try store.save(record, running: running ?? store.isRunning(id), keepingCheckpoint: true)
     }
 
     /// Removes the temporary file a cancelled download's token names, when it is the store's.

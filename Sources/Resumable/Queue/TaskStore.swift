@@ -144,12 +144,21 @@ public final class TaskStore: Sendable {
     }
 
     /// Writes `record` durably and lets its checkpoints update it while `running`.
-    func save(_ record: TaskRecord, running: Bool) throws(ResumableError) {
+    ///
+    /// `keepingCheckpoint`: the record's token, checkpoint time and rate are those the store holds now, when it
+    /// holds a token (`record`'s otherwise). Read under the record's stripe, so a checkpoint written between the
+    /// caller's ``record(_:)`` and this call is not replaced by the older token the caller read.
+    func save(_ record: TaskRecord, running: Bool, keepingCheckpoint: Bool = false) throws(ResumableError) {
         var record = record
-        // A rate describes a running download only.
-        if !running { record.bytesPerSecond = nil }
         try stripe(record.id).lock.withLock { (_) throws(ResumableError) in
             let unchanged = state.withLock { state in
+                if keepingCheckpoint, let current = state.records[record.id], let token = current.token {
+                    record.token = token
+                    record.checkpointedAt = current.checkpointedAt
+                    record.bytesPerSecond = current.bytesPerSecond
+                }
+                // A rate describes a running download only.
+                if !running { record.bytesPerSecond = nil }
                 let unchanged = state.written[record.id] == record
                 state.records[record.id] = record
                 if running {
@@ -256,18 +265,19 @@ public final class TaskStore: Sendable {
     /// them. The store writes no such records; a crafted or damaged store can hold them.
     func load() -> (records: [TaskRecord], problems: [Problem]) {
         var (records, problems) = Self.readRecords(in: tasksPath)
+        // One file, however its path is spelled (`partial//NAME`, `partial/./NAME`, a symbolic link to a directory).
         let paths = records.compactMap { $0.token?.tempPath }
-        let shared = Set(Dictionary(grouping: paths) { $0 }.filter { $0.value.count > 1 }.keys)
+        let shared = Set(Dictionary(grouping: paths) { Self.fileKey($0) }.filter { $0.value.count > 1 }.keys)
         if !shared.isEmpty {
             for record in records {
-                guard let path = record.token?.tempPath, shared.contains(path) else { continue }
+                guard let path = record.token?.tempPath, shared.contains(Self.fileKey(path)) else { continue }
                 problems.append(
                     Problem(
                         file: URL(fileURLWithPath: recordPath(record.id)),
                         error: ResumableError.invalidToken(
                             field: "token.tempPath", "names a temporary file another record names too")))
             }
-            records.removeAll { $0.token.map { shared.contains($0.tempPath) } ?? false }
+            records.removeAll { $0.token.map { shared.contains(Self.fileKey($0.tempPath)) } ?? false }
         }
         state.withLock { state in
             for record in records {
@@ -379,6 +389,14 @@ public final class TaskStore: Sendable {
 
     // MARK: - Cleaning up
 
+    /// What identifies the file at `path`: its device and inode when it exists (symbolic links followed, so every
+    /// spelling of one file has one key), else the path without empty and `.` components.
+    private static func fileKey(_ path: String) -> String {
+        var status = stat()
+        if stat(path, &status) == 0 { return "\(status.st_dev):\(status.st_ino)" }
+        return "/" + path.split(separator: "/").filter { $0 != "." }.joined(separator: "/")
+    }
+
     /// Removes the temporary files in `partial/` that no record names and no download holds.
     ///
     /// Only files named like this library's temporary files (`.resumable-<UUID>.partial`), regular, of this
@@ -400,10 +418,12 @@ public final class TaskStore: Sendable {
         } else {
             names = (try? FileManager.default.contentsOfDirectory(atPath: partialPath)) ?? []
         }
+        // A record may spell its file's path otherwise (`partial//NAME`): what is kept is the file it names.
+        let referencedFiles = Set(referenced.map(Self.fileKey))
         var removed: [String] = []
         for name in names where TemporaryFileName.isValid(name) {
             let path = (partialPath as NSString).appendingPathComponent(name)
-            guard !referenced.contains(path) else { continue }
+            guard !referenced.contains(path), !referencedFiles.contains(Self.fileKey(path)) else { continue }
             let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
             guard descriptor >= 0 else { continue }
             defer { close(descriptor) }

@@ -72,6 +72,15 @@ struct BatchRunner {
         let reporter = Task {
             for await event in events { await display.handle(event) }
         }
+        // A redraw the throttle held back is drawn once its interval passed, even when no event follows (every
+        // download waiting on its server): otherwise the block showed the state of the last event drawn.
+        let ticker = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: RedrawThrottle.terminalInterval)
+                await display.drawPending()
+            }
+        }
+        defer { ticker.cancel() }
         if let early = await prepare(queue) {
             await queue.suspend()
             _ = await queue.waitUntilIdle()
@@ -256,6 +265,12 @@ actor BatchDisplay {
         default:
             pending = []
         }
+    }
+
+    /// Draws what the throttle held back, if anything.
+    func drawPending() {
+        guard mode == .terminal, throttle.isPending else { return }
+        draw(force: false)
     }
 
     func finish() {

@@ -75,13 +75,15 @@ struct BatchTerminalTests {
             standardError: .handle(secondary))
         try secondary.close()
         #expect(await gate.waitUntilHeld(count: 8, timeout: CLIProcess.deadline), "\(gate)")
-        let fitted = try await eventually { terminal.text.contains("… and 5 more") }
+        // Well before the transfers' idle timeout (60 s), which would bring events of its own: the display must draw
+        // the held state without another event.
+        let fitted = try await eventually(timeout: .seconds(30)) { terminal.text.contains("… and 5 more") }
         #expect(fitted, "\(terminal.text.suffix(2000))")
+        // Held, all eight are active: the block never had room for more than three of them.
+        #expect(!terminal.text.contains("… and 6 more") && !terminal.text.contains("… and 4 more"))
         gate.open()
         let termination = await process.exit()
         #expect(termination == .exited(0), "\(termination): \(terminal.text.suffix(2000))")
-        // Never more than the terminal's height minus two download lines in one block: no block of eight.
-        #expect(!terminal.text.contains("… and 4 more") && !terminal.text.contains("… and 6 more"))
         for index in 0..<8 {
             let file = scratch.url.appendingPathComponent("out/t\(index).bin")
             #expect(try Data(contentsOf: file) == Data(Resource.generatedBytes(seed: 20, range: 0..<(1 << 20))))
