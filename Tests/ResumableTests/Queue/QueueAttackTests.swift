@@ -150,6 +150,20 @@ struct QueueAttackTests {
         return (state.appendingPathComponent("tasks/\(id).json"), temporary)
     }
 
+    /// The JSON object of the record file at `url`.
+    private static func recordObject(at url: URL) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: url)) as? [String: Any])
+    }
+
+    /// The store at `state` opened again by a new queue, as a new process would, and restored.
+    private static func restored(
+        _ state: URL
+    ) async throws -> (store: TaskStore, queue: DownloadQueue, problems: [TaskStore.Problem]) {
+        let store = try TaskStore(directory: state)
+        let queue = DownloadQueue(configuration: .init(download: DownloadFixture.configuration()), store: store)
+        return (store, queue, await queue.restore())
+    }
+
     /// `restore()` removed every temporary file no *readable* record named: a record it could not read (written by
     /// a newer version of the library, or damaged) lost its download's bytes.
     @Test("A record restore() cannot read keeps its temporary file: nothing is removed while one is unreadable")
@@ -159,13 +173,11 @@ struct QueueAttackTests {
         let state = fixture.directory.url.appendingPathComponent("state")
         let (record, temporary) = try await Self.pausedDownload(fixture, state: state)
         // A newer library's record for the same download.
-        var object = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: record)) as? [String: Any])
+        var object = try Self.recordObject(at: record)
         object["version"] = 2
         try JSONSerialization.data(withJSONObject: object).write(to: record)
 
-        let store = try TaskStore(directory: state)
-        let queue = DownloadQueue(configuration: .init(download: DownloadFixture.configuration()), store: store)
-        let problems = await queue.restore()
+        let (store, _, problems) = try await Self.restored(state)
         #expect(problems.map(\.error.code) == [.newerTokenVersion])
         #expect(FileManager.default.fileExists(atPath: temporary), "the unreadable record's 100000 bytes were deleted")
         #expect(Self.partialFiles(store).count == 1)
@@ -179,16 +191,14 @@ struct QueueAttackTests {
         defer { fixture.server.shutdown() }
         let state = fixture.directory.url.appendingPathComponent("state")
         let (record, temporary) = try await Self.pausedDownload(fixture, state: state)
-        var object = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: record)) as? [String: Any])
+        var object = try Self.recordObject(at: record)
         let twin = DownloadQueue.TaskID()
         object["id"] = twin.description
         object["url"] = fixture.server.url(for: "/other.bin").absoluteString
         try JSONSerialization.data(withJSONObject: object).write(
             to: state.appendingPathComponent("tasks/\(twin).json"))
 
-        let store = try TaskStore(directory: state)
-        let queue = DownloadQueue(configuration: .init(download: DownloadFixture.configuration()), store: store)
-        let problems = await queue.restore()
+        let (_, queue, problems) = try await Self.restored(state)
         #expect(problems.count == 2, "\(problems)")
         #expect(problems.allSatisfy { "\($0.error)".contains("another record") }, "\(problems)")
         #expect(await queue.items.isEmpty)
