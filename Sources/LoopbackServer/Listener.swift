@@ -29,11 +29,12 @@ struct Listener: Sendable {
             throw LoopbackServerError("socket() failed: \(SocketIO.errorDescription())")
         }
         SocketIO.setOption(descriptor, level: SOL_SOCKET, name: SO_REUSEADDR, value: 1)
-        #if canImport(Darwin)
-            // Darwin has no MSG_NOSIGNAL (SocketIO.noSignal is 0 there): a write to a connection the client closed
-            // would raise SIGPIPE and end the process. Ignored process-wide, for the tests and `resumable serve`.
-            signal(SIGPIPE, SIG_IGN)
-        #endif
+        // A write to a connection or pipe whose reader is gone raises SIGPIPE, which ends the process: Darwin has no
+        // MSG_NOSIGNAL (SocketIO.noSignal is 0 there), and on Linux the processes that run a loopback server (the
+        // tests, `resumable serve` and `demo`) also write to pipes and to TLS connections (OpenSSL writes without
+        // MSG_NOSIGNAL); a parallel test run was seen ended by one. Ignored process-wide; children started with
+        // SpawnedProcess get the default back.
+        signal(SIGPIPE, SIG_IGN)
         let bindResult: Int32
         if family == AF_INET {
             ipv4.sin_family = sa_family_t(AF_INET)

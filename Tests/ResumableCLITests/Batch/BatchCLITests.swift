@@ -207,7 +207,9 @@ struct BatchCLITests {
         for _ in 0..<5 {
             #expect(try await trickle(gate, bodyLength: Int64(length), until: rateRecorded))
             let result = try await CLIProcess.run(["list", "--state", "state", "--json"], in: scratch.url)
-            if result.stdout.contains("\"running\"") {
+            // The download's state, not the top-level "running" (whether a batch holds the store).
+            let object = try? JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+            if ((object?["downloads"] as? [[String: Any]])?.first?["state"] as? String) == "running" {
                 listed = result
                 break
             }
