@@ -24,14 +24,15 @@ struct BatchRunner {
             )
             return .usage
         }
-        return await run(total: entries.count) { queue in
+        return await run(total: entries.count) { queue, display in
             for entry in entries {
                 let destination: DownloadTask.Destination =
                     entry.outputName.map { .file(directory.appendingPathComponent($0, isDirectory: false)) }
                     ?? .directory(directory)
                 do throws(ResumableError) {
-                    try await queue.add(
+                    let id = try await queue.add(
                         entry.url, destination: destination, expectedSHA256: entry.sha256 ?? options.sha256)
+                    if let name = entry.outputName { await display.name(id, as: name) }
                 } catch {
                     Console.err("error: line \(entry.line): \(error.message)")
                     return ExitCode.forError(error)
@@ -44,8 +45,12 @@ struct BatchRunner {
     /// Continues every unfinished download of the store.
     func runStore() async -> ExitCode {
         let unusable = Mutex(0)
-        let exit = await run(total: store.pendingRecordCount()) { queue in
+        let exit = await run(total: store.pendingRecordCount()) { queue, display in
             let problems = await queue.restore()
+            // A download saved to a file of its own (`out=`) is shown under that file's name.
+            for item in await queue.items where !item.destination.tokenValue.hasSuffix("/") {
+                await display.name(item.id, as: (item.destination.tokenValue as NSString).lastPathComponent)
+            }
             unusable.withLock { $0 = problems.count }
             for problem in problems {
                 Console.err("warning: skipping \(problem.file.path): \(problem.error.message)")
@@ -60,7 +65,7 @@ struct BatchRunner {
 
     /// Subscribes to the queue's events, lets `prepare` fill it (an exit status ends the batch at once: every
     /// download added so far is paused into the store), then waits for the queue to be idle or for a signal.
-    private func run(total: Int, prepare: (DownloadQueue) async -> ExitCode?) async -> ExitCode {
+    private func run(total: Int, prepare: (DownloadQueue, BatchDisplay) async -> ExitCode?) async -> ExitCode {
         var download = options.configuration(checkpointing: .init(interval: .seconds(1)) { _ in })
         // A --sha256 applies to every file of the list through `add`; per-file checksums come from the list.
         download.expectedSHA256 = nil
@@ -81,7 +86,7 @@ struct BatchRunner {
             }
         }
         defer { ticker.cancel() }
-        if let early = await prepare(queue) {
+        if let early = await prepare(queue, display) {
             await queue.suspend()
             _ = await queue.waitUntilIdle()
             reporter.cancel()
@@ -166,6 +171,8 @@ actor BatchDisplay {
     private let mode: OutputMode
     private var total: Int
     private var names: [DownloadQueue.TaskID: String] = [:]
+    /// Names given with ``name(_:as:)`` (an `out=` file name), which the URL's does not replace.
+    private var givenNames: [DownloadQueue.TaskID: String] = [:]
     private var urls: [DownloadQueue.TaskID: URL] = [:]
     private var active: [DownloadQueue.TaskID: BatchSnapshot.Download] = [:]
     private var done = 0
@@ -187,7 +194,7 @@ actor BatchDisplay {
         switch event {
         case .added(let id, let url):
             let last = url.lastPathComponent
-            names[id] = last.isEmpty || last == "/" ? (url.host ?? url.absoluteString) : last
+            names[id] = givenNames[id] ?? (last.isEmpty || last == "/" ? (url.host ?? url.absoluteString) : last)
             urls[id] = url
             return
         case .started(let id):
@@ -265,6 +272,13 @@ actor BatchDisplay {
         default:
             pending = []
         }
+    }
+
+    /// Shows the download under `name` (the file it is saved to) rather than its URL's last component.
+    func name(_ id: DownloadQueue.TaskID, as name: String) {
+        givenNames[id] = name
+        names[id] = name
+        active[id]?.name = name
     }
 
     /// Draws what the throttle held back, if anything.

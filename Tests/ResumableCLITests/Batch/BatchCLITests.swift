@@ -57,6 +57,9 @@ struct BatchCLITests {
             #expect(try Data(contentsOf: out.appendingPathComponent(String(path.dropFirst()))) == Data(content))
         }
         #expect(try Data(contentsOf: out.appendingPathComponent("copy.bin")) == Data(bytes["/f0.bin"]!))
+        // The out= entry is reported under the file it was saved to; f0.bin's own entry under its URL's name.
+        #expect(result.stderr.contains("Started copy.bin"), "\(result.stderr)")
+        #expect(result.stderr.components(separatedBy: "Started f0.bin").count == 2, "\(result.stderr)")
         #expect(!FileManager.default.fileExists(atPath: out.appendingPathComponent("f3.bin").path))
         let listed = try await CLIProcess.run(["list", "--state", "out/.resumable-state", "--json"], in: scratch.url)
         #expect(listed.exitCode == 0, "\(listed)")
