@@ -128,10 +128,10 @@ extension DownloadTask.TLS {
             }
         }
 
-        /// ``environment`` made concrete by curl's rule; any other trust as it is.
         /// The variables ``resolved(environment:)`` reads.
         static let variableNames = ["CURL_CA_BUNDLE", "SSL_CERT_DIR", "SSL_CERT_FILE"]
 
+        /// ``environment`` made concrete by curl's rule; any other trust as it is.
         func resolved(environment: [String: String]) -> Trust {
             guard kind == .environment else { return self }
             func value(_ name: String) -> String? {

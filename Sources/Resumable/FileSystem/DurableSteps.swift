@@ -50,4 +50,13 @@ package enum DurableSteps {
             if number == configuration.crashAfter { _exit(137) }
         #endif
     }
+
+    /// Flushes `directory`'s entries (a rename or unlink in it), best effort: after a token write, a finished
+    /// file's move and a record's removal. `""` is the current directory.
+    static func flushDirectory(_ directory: String) {
+        let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        fsync(descriptor)
+        close(descriptor)
+    }
 }

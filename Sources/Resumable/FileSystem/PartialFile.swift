@@ -215,7 +215,7 @@ final class PartialFile: Sendable {
     func move(to destination: String, replacing: Bool) throws(ResumableError) {
         var code = Self.rename(path, to: destination, replacing: replacing)
         if code == 0 {
-            Self.flushDirectory(of: destination)
+            DurableSteps.flushDirectory((destination as NSString).deletingLastPathComponent)
             return
         }
         if code == EXDEV {
@@ -225,7 +225,7 @@ final class PartialFile: Sendable {
                 unlink(copy)
                 throw .fileSystem("moving to", path: destination, errno: code)
             }
-            Self.flushDirectory(of: destination)
+            DurableSteps.flushDirectory((destination as NSString).deletingLastPathComponent)
             remove()
             return
         }
@@ -260,15 +260,6 @@ final class PartialFile: Sendable {
         guard Self.systemRename(source, destination) == 0 else { return errno }
         DurableSteps.record(.rename, destination)
         return 0
-    }
-
-    /// Flushes the directory holding `path` (its entries), as after writing a token; best effort.
-    private static func flushDirectory(of path: String) {
-        let directory = (path as NSString).deletingLastPathComponent
-        let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { return }
-        fsync(descriptor)
-        close(descriptor)
     }
 
     /// rename(2), which replaces `destination`; 0 or -1 with `errno` set.

@@ -222,7 +222,7 @@ public final class TaskStore: Sendable {
             let path = recordPath(id)
             if unlink(path) == 0 {
                 DurableSteps.record(.unlink, path)
-                Self.flushDirectory(tasksPath)
+                DurableSteps.flushDirectory(tasksPath)
             }
         }
     }
@@ -237,14 +237,6 @@ public final class TaskStore: Sendable {
             throw ResumableError(.invalidRequest, "the task record of \(record.id) cannot be encoded: \(error)")
         }
         try AtomicFile.write(data, to: recordPath(record.id))
-    }
-
-    private static func flushDirectory(_ path: String) {
-        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if descriptor >= 0 {
-            fsync(descriptor)
-            close(descriptor)
-        }
     }
 
     // MARK: - Reading

@@ -155,10 +155,6 @@ enum AtomicFile {
             throw failure
         }
         DurableSteps.record(.tokenWrite, path)
-        let directoryDescriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directoryDescriptor >= 0 {
-            fsync(directoryDescriptor)
-            close(directoryDescriptor)
-        }
+        DurableSteps.flushDirectory(directory)
     }
 }
