@@ -14,6 +14,7 @@ writes COUNT random files of SIZE, and measures:
 
     python3 Benchmarks/batch.py                   # 1,000 x 256 KiB, 5 rounds + a warm-up round
     python3 Benchmarks/batch.py --quick           # 200 files, 1 round, no warm-up: what CI can run
+    python3 Benchmarks/batch.py --only restore    # section 2 alone (--only many: section 1 alone)
 """
 
 import argparse
@@ -155,6 +156,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--resumable")
     parser.add_argument("--scratch-path")
+    parser.add_argument("--only", choices=["many", "restore"], help="run one section: 1 (many) or 2 (restore)")
     args = parser.parse_args()
     if args.quick:
         args.count, args.rounds, args.tasks = 200, 1, 2000
@@ -177,13 +179,16 @@ def main():
         report("")
         report(f"Machine: {machine()}.")
         report("")
-        report(f"## 1. {args.count:,} files of {args.size // 1024} KiB from nginx on loopback, 8 at a time, into tmpfs")
-        report("")
-        section_many(resumable, server, root, names, args.rounds, warmup, report)
-        report("")
-        report(f"## 2. {args.tasks:,} queued tasks restored from a task store")
-        report("")
-        section_restore(resumable, server, root, args.tasks, report)
+        if args.only != "restore":
+            report(f"## 1. {args.count:,} files of {args.size // 1024} KiB from nginx on loopback, 8 at a time, "
+                   "into tmpfs")
+            report("")
+            section_many(resumable, server, root, names, args.rounds, warmup, report)
+            report("")
+        if args.only != "many":
+            report(f"## 2. {args.tasks:,} queued tasks restored from a task store")
+            report("")
+            section_restore(resumable, server, root, args.tasks, report)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
