@@ -18,8 +18,9 @@ extension DownloadEngine {
         case segments(ResumeStateMachine.Outcome)
     }
 
-    /// How often the schedule looks at stalls and the automatic connection count.
-    static let tickInterval: Duration = .milliseconds(20)
+    /// How often the schedule looks at stalls and the automatic connection count: often enough that a ramp
+    /// window (50 ms) ends within a few milliseconds of its last byte.
+    static let tickInterval: Duration = .milliseconds(10)
 
     func transportRequest(_ request: ResumeStateMachine.Request) -> TransportRequest {
         TransportRequest(

@@ -19,8 +19,9 @@ import Foundation
 ///   the number of connections and does not count as a failure in a row (many `503`s beyond a limit are one
 ///   answer); when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)`` and the
 ///   engine backs off.
-/// - **Automatic count.** ``DownloadTask/Connections/automatic`` starts with one connection and doubles the count
-///   while the total rate grows by at least ``rampGain``, going back when a step did not help.
+/// - **Automatic count.** ``DownloadTask/Connections/automatic`` starts with one connection, goes to
+///   ``firstRampStep``, and doubles the count while the total rate grows by at least ``rampGain``, going back when a
+///   step did not help.
 ///
 /// Bytes count as present only once written (``wrote(connection:count:now:)``), so a token made from
 /// ``present`` describes bytes that are in the file.
@@ -45,8 +46,9 @@ struct SegmentSchedule: Sendable {
         var connections: DownloadTask.Connections
         var minimumSegmentLength: Int64
         var stallTimeout: Duration
-        /// How long a connection count is measured before the automatic count decides.
-        var rampWindow: Duration = .milliseconds(100)
+        /// How long a connection count is measured, at least, before the automatic count decides (and each
+        /// connection must have brought ``SegmentSchedule/rampBytesPerConnection``).
+        var rampWindow: Duration = .milliseconds(50)
     }
 
     private struct Connection: Sendable {
@@ -81,8 +83,12 @@ struct SegmentSchedule: Sendable {
 
     /// The growth of the total rate that makes the automatic count double again.
     static let rampGain = 1.2
-    /// The share of a proportional growth (twice the connections, twice the rate) that makes the next step
-    /// quadruple the count instead of doubling it.
+    /// The count the automatic count tries after one connection: one window fewer than doubling to two and then
+    /// four, on servers that cap each connection (the common reason to open several); on a server where the link
+    /// is the limit, four connections cost no more than two, and a step that made things slower is taken back.
+    static let firstRampStep = 4
+    /// The share of a proportional growth (four times the connections, four times the rate) that makes the next
+    /// step go straight to the most connections instead of doubling.
     static let proportionalGain = 0.8
     /// How many bytes each connection must have received in a measuring window (at most half a minimum segment).
     static let rampBytesPerConnection: Int64 = 512 << 10
@@ -350,7 +356,7 @@ struct SegmentSchedule: Sendable {
             ramp = .measuring(count: count, since: now, bytesAtStart: bytesWritten, previous: previous)
             return []
         }
-        var factor = 2
+        var factor = count == 1 ? Self.firstRampStep : 2
         if let previous {
             if rate < previous.rate * Self.rampGain {
                 // The last step did not help: keep it only if it did not hurt.

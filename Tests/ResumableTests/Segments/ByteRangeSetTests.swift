@@ -192,7 +192,7 @@ struct SegmentScheduleTests {
         #expect(Self.requests(step.actions) == expected)
     }
 
-    @Test("The automatic count doubles while the rate grows, and goes back when a step did not help")
+    @Test("The automatic count tries four, goes to the most when four brought four times the rate, and goes back")
     func automaticRamp() {
         let start = ContinuousClock.now
         var schedule = schedule(total: 64 << 20, connections: .automatic, now: start)
@@ -200,29 +200,61 @@ struct SegmentScheduleTests {
         #expect(started.actions.isEmpty)
         _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
         let up = Self.requests(schedule.tick(now: start + .milliseconds(100)).actions)
-        #expect(up.count == 1 && schedule.target == 2)
-        let id = up.keys.first!
-        let accepted = schedule.head(
-            connection: id, verdict: .join(end: up[id]!.upperBound), now: start + .milliseconds(100))
-        #expect(accepted)
-        _ = schedule.tick(now: start + .milliseconds(110))  // measuring starts once both receive
-        // Twice the connections, twice the rate: a capped connection, so the count quadruples.
-        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(200))
-        _ = schedule.wrote(connection: id, count: 1 << 20, now: start + .milliseconds(200))
+        #expect(up.count == 3 && schedule.target == 4)
+        for (id, range) in up {
+            let accepted = schedule.head(
+                connection: id, verdict: .join(end: range.upperBound), now: start + .milliseconds(100))
+            #expect(accepted)
+        }
+        _ = schedule.tick(now: start + .milliseconds(110))  // measuring starts once all four receive
+        // Four times the connections, four times the rate: a capped connection, so straight to the most.
+        for id in [0] + Array(up.keys) {
+            _ = schedule.wrote(connection: id, count: 1 << 20, now: start + .milliseconds(200))
+        }
         let more = Self.requests(schedule.tick(now: start + .milliseconds(210)).actions)
-        // Twice the connections gave twice the rate, a per-connection cap: straight to the most.
         #expect(schedule.target == 16)
-        #expect(more.count == 14)
+        #expect(more.count == 12)
         for (id, range) in more {
             _ = schedule.head(connection: id, verdict: .join(end: range.upperBound), now: start + .milliseconds(220))
         }
         _ = schedule.tick(now: start + .milliseconds(230))  // every connection receives: the window starts
-        // Sixteen connections bring less than two did: back to two, the newest connections stop.
+        // Sixteen connections bring less than four did: back to four, the newest connections stop.
         _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(1300))
         let back = schedule.tick(now: start + .milliseconds(1300))
-        #expect(schedule.target == 2)
-        #expect(back.actions.count == 14)
+        #expect(schedule.target == 4)
+        #expect(back.actions.count == 12)
         #expect(Set(back.actions) == Set(more.keys.map { SegmentSchedule.Action.stop(connection: $0) }))
+    }
+
+    @Test("After four, a step that helps without being proportional doubles; one that hurts is taken back")
+    func automaticRampDoubles() {
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 256 << 20, connections: .automatic, now: start)
+        _ = schedule.start(now: start)
+        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
+        let four = Self.requests(schedule.tick(now: start + .milliseconds(100)).actions)
+        for (id, range) in four {
+            _ = schedule.head(connection: id, verdict: .join(end: range.upperBound), now: start + .milliseconds(100))
+        }
+        _ = schedule.tick(now: start + .milliseconds(110))
+        // Four connections bring twice the rate of one (not four times): the link is shared, doubling may still pay.
+        for id in [0] + Array(four.keys) {
+            _ = schedule.wrote(connection: id, count: 512 << 10, now: start + .milliseconds(210))
+        }
+        let eight = Self.requests(schedule.tick(now: start + .milliseconds(210)).actions)
+        #expect(schedule.target == 8)
+        #expect(eight.count == 4)
+        for (id, range) in eight {
+            _ = schedule.head(connection: id, verdict: .join(end: range.upperBound), now: start + .milliseconds(210))
+        }
+        _ = schedule.tick(now: start + .milliseconds(220))
+        // Eight bring less than four did (4 MiB in half a second): back to four.
+        for id in [0] + Array(four.keys) + Array(eight.keys) {
+            _ = schedule.wrote(connection: id, count: 512 << 10, now: start + .milliseconds(720))
+        }
+        let back = schedule.tick(now: start + .milliseconds(720))
+        #expect(schedule.target == 4)
+        #expect(Set(back.actions) == Set(eight.keys.map { SegmentSchedule.Action.stop(connection: $0) }))
     }
 
     @Test("When the count grows by several, every connection is left an even share, so that all end together")
@@ -232,20 +264,24 @@ struct SegmentScheduleTests {
         var schedule = schedule(total: total, connections: .automatic, now: start)
         _ = schedule.start(now: start)
         _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
-        let second = Self.requests(schedule.tick(now: start + .milliseconds(100)).actions)
-        let id = try #require(second.keys.first)
-        _ = schedule.head(connection: id, verdict: .join(end: second[id]!.upperBound), now: start + .milliseconds(100))
+        let four = Self.requests(schedule.tick(now: start + .milliseconds(100)).actions)
+        #expect(four.count == 3)
+        for (id, range) in four {
+            _ = schedule.head(connection: id, verdict: .join(end: range.upperBound), now: start + .milliseconds(100))
+        }
         _ = schedule.tick(now: start + .milliseconds(110))
-        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(200))
-        _ = schedule.wrote(connection: id, count: 1 << 20, now: start + .milliseconds(200))
+        let working = [0] + Array(four.keys)
+        for id in working {
+            _ = schedule.wrote(connection: id, count: 1 << 20, now: start + .milliseconds(200))
+        }
         let more = Self.requests(schedule.tick(now: start + .milliseconds(210)).actions)
-        #expect(more.count == 14)
-        // What each of the sixteen has left: the two that were working gave up most of theirs.
+        #expect(more.count == 12)
+        // What each of the sixteen has left: the four that were working gave up most of theirs.
         var left: [Int64] = more.values.map { $0.upperBound - $0.lowerBound }
-        for existing in [0, id] {
+        for existing in working {
             left.append(Int64(schedule.placement(connection: existing, count: .max)?.count ?? 0))
         }
-        let missing = total - 3 * Self.mebibyte
+        let missing = total - 5 * Self.mebibyte
         #expect(left.reduce(0, +) == missing, "nothing is lost or fetched twice")
         #expect(left.max()! - left.min()! < Self.mebibyte, "\(left.sorted())")
         // The new ranges do not overlap each other or what the two keep.
