@@ -125,11 +125,39 @@ public actor DownloadQueue {
         var destination: DownloadTask.Destination
         var priority: Int
         var expectedSHA256: String?
-        var token: ResumeToken?
-        var failure: ResumableError?
         var task: DownloadTask?
         var cancelRequested = false
         var progress: DownloadProgress?
+        /// The token and the failure on the heap, where they cost a pointer when absent: inline they are 528
+        /// bytes of every slot of `entries` (224 and 304), ≈ 8 MiB for a queue of 10,000 (a dictionary keeps a
+        /// quarter of its slots empty), and most entries have neither.
+        private var boxedToken: Box<ResumeToken>?
+        private var boxedFailure: Box<ResumableError>?
+
+        init(
+            url: URL, destination: DownloadTask.Destination, priority: Int, expectedSHA256: String?,
+            token: ResumeToken? = nil
+        ) {
+            self.url = url
+            self.destination = destination
+            self.priority = priority
+            self.expectedSHA256 = expectedSHA256
+            self.token = token
+        }
+
+        var token: ResumeToken? {
+            get { boxedToken?.value }
+            set { boxedToken = newValue.map(Box.init) }
+        }
+        var failure: ResumableError? {
+            get { boxedFailure?.value }
+            set { boxedFailure = newValue.map(Box.init) }
+        }
+    }
+
+    private final class Box<Value: Sendable>: Sendable {
+        let value: Value
+        init(_ value: Value) { self.value = value }
     }
 
     private let configuration: Configuration
