@@ -246,14 +246,21 @@ struct SegmentedDownloadTests {
     @Test("An overloaded server (503 beyond two at once) and fixed(8): fewer connections, the file is right")
     func overloadedServer() async throws {
         let fixture = try DownloadFixture()
+        // Every answer holds its body after 64 KiB until the gate opens: two are held at once (the probe and one
+        // segment), so the other segments asked meanwhile are turned away, however slowly this machine starts them.
+        // Without the gate, a loaded machine could send them one after another, each after the last one ended.
+        let gate = BodyGate(holdingAfter: 64 << 10)
         fixture.serve(
             .generated(
-                length: Self.total, seed: 26,
+                length: Self.total, seed: 26, behavior: Behavior(gate: gate),
                 concurrencyLimit: ConcurrencyLimit(maximum: 2, retryAfter: "0")))
         let events = EventLog()
-        let result = try await fixture.download(
-            configuration: Segmented.configuration(.fixed(8), retries: 10, events: events)
-        ).value
+        let download = try fixture.download(
+            configuration: Segmented.configuration(.fixed(8), retries: 10, events: events))
+        defer { download.cancel() }
+        #expect(try await waitUntil { fixture.server.overloadAnswers(for: Self.path) > 0 })
+        gate.open()
+        let result = try await download.value
         #expect(try fixture.file(result.fileURL, holds: Self.total, seed: 26))
         #expect(!result.restarted)
         let overloads = fixture.server.overloadAnswers(for: Self.path)
