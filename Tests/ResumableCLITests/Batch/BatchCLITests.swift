@@ -195,20 +195,26 @@ struct BatchCLITests {
             ["get", "-i", "list.txt", "-o", "out/", "--state", "state", "-q"], in: scratch.url)
         #expect(await gate.waitUntilHeld(timeout: CLIProcess.deadline), "\(gate)")
         let tasks = scratch.url.appendingPathComponent("state/tasks")
-        let rateRecorded: @Sendable () -> Bool = {
+        // The time of the last checkpoint that recorded a rate, as the record on disk says.
+        let lastRatedCheckpoint: @Sendable () -> String? = {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: tasks.path)) ?? []
-            return names.contains { name in
+            return names.lazy.compactMap { name -> String? in
                 guard let data = try? Data(contentsOf: tasks.appendingPathComponent(name)),
-                    let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-                else { return false }
-                return ((object["bytesPerSecond"] as? NSNumber)?.int64Value ?? 0) > 0
-            }
+                    let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+                    ((object["bytesPerSecond"] as? NSNumber)?.int64Value ?? 0) > 0
+                else { return nil }
+                return object["checkpointedAt"] as? String
+            }.first
         }
         // A listing within ten seconds of the last checkpoint calls the download running; a busy machine may delay
-        // the listing past that, so let bytes go by and list again until it does.
+        // the listing past that, so let bytes go by until a newer checkpoint is on disk, and list again.
         var listed: CLIResult?
+        var previous: String?
         for _ in 0..<5 {
-            #expect(try await trickle(gate, bodyLength: Int64(length), until: rateRecorded))
+            let seen = previous
+            let newer: @Sendable () -> Bool = { lastRatedCheckpoint().map { $0 != seen } ?? false }
+            #expect(try await trickle(gate, bodyLength: Int64(length), until: newer))
+            previous = lastRatedCheckpoint()
             let result = try await CLIProcess.run(["list", "--state", "state", "--json"], in: scratch.url)
             // The download's state, not the top-level "running" (whether a batch holds the store).
             let object = try? JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
