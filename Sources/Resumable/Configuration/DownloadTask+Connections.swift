@@ -35,7 +35,7 @@ extension DownloadTask {
 
         /// The default: one connection while less than 16 MiB is missing; for more, start with one, try four, and
         /// double the count while the total rate improves by at least a fifth, up to ``maximum``, dropping back when
-        /// it did not help. Fewer when the server answers `503`/`429` or refuses connections.
+        /// a step did not bring that. Fewer when the server answers `503`/`429` or refuses connections.
         public static let automatic = Connections(kind: .automatic)
 
         public var description: String {

@@ -21,7 +21,8 @@ import Foundation
 ///   engine backs off.
 /// - **Automatic count.** ``DownloadTask/Connections/automatic`` starts with one connection, goes to
 ///   ``firstRampStep``, and doubles the count while the total rate grows by at least ``rampGain``, going back when a
-///   step did not help.
+///   step did not pay that; a settled count tries again after ``rampRetryInterval``, twice as long after each try
+///   that did not pay.
 ///
 /// Bytes count as present only once written (``wrote(connection:count:now:)``), so a token made from
 /// ``present`` describes bytes that are in the file.
@@ -73,9 +74,13 @@ struct SegmentSchedule: Sendable {
     }
 
     private enum Ramp: Sendable {
+        /// The first connection's first half ``rampBytesPerConnection`` is not measured: a new connection into a
+        /// new file (slow start, the file's first pages, threads starting) made one connection look slower than it
+        /// is, and four look like a proportional gain, on a loopback link where one connection is as fast as any.
+        case warmingUp
         case measuring(
             count: Int, since: ContinuousClock.Instant, bytesAtStart: Int64, previous: (count: Int, rate: Double)?)
-        /// The count stays; the automatic count tries to grow again after ``rampRetryInterval``.
+        /// The count stays; the automatic count tries to grow again after `retryInterval`.
         case settled(since: ContinuousClock.Instant)
         /// The server pushed back (overload, refused connections): the count never grows again in this phase.
         case backedOff
@@ -92,8 +97,11 @@ struct SegmentSchedule: Sendable {
     static let proportionalGain = 0.8
     /// How many bytes each connection must have received in a measuring window (at most half a minimum segment).
     static let rampBytesPerConnection: Int64 = 512 << 10
-    /// How long a settled automatic count stays before it tries to grow again.
+    /// How long a settled automatic count stays before it tries to grow again; it doubles after each step that did
+    /// not pay, up to ``longestRampRetryInterval``, so a server where the link is the limit is not probed with new
+    /// connections every two seconds.
     static let rampRetryInterval: Duration = .seconds(2)
+    static let longestRampRetryInterval: Duration = .seconds(32)
     /// Segment failures in a row, without a byte between them, after which the phase ends to back off.
     static let maximumFailuresInARow = 8
 
@@ -108,6 +116,7 @@ struct SegmentSchedule: Sendable {
     private var connections: [Int: Connection] = [:]
     private var nextIdentifier: Int
     private var ramp: Ramp
+    private var retryInterval = SegmentSchedule.rampRetryInterval
     private var failuresInARow = 0
     private var lastError: ResumableError?
 
@@ -131,7 +140,7 @@ struct SegmentSchedule: Sendable {
             ramp = .backedOff
         case .automatic:
             target = 1
-            ramp = .measuring(count: 1, since: now, bytesAtStart: 0, previous: nil)
+            ramp = .warmingUp
         }
     }
 
@@ -331,10 +340,20 @@ struct SegmentSchedule: Sendable {
     }
 
     private mutating func steerCount(now: ContinuousClock.Instant) -> [Action] {
-        if case .settled(let settledAt) = ramp, now - settledAt >= Self.rampRetryInterval,
+        // A window long enough, and with enough bytes per connection that a server sending in bursts (nginx sends
+        // `sendfile_max_chunk` at a time under `limit_rate`) does not decide it; at most a second.
+        let perConnection = min(Self.rampBytesPerConnection, max(settings.minimumSegmentLength / 2, 1))
+        if case .warmingUp = ramp {
+            guard bytesWritten >= perConnection / 2 else { return [] }
+            ramp = .measuring(count: 1, since: now, bytesAtStart: bytesWritten, previous: nil)
+            return []
+        }
+        if case .settled(let settledAt) = ramp, now - settledAt >= retryInterval,
             target < DownloadTask.Connections.maximum
         {
             // A decision made on one short window may have been noise: measure the settled count again, then try more.
+            // Should this try not pay either, the next one waits twice as long.
+            retryInterval = min(retryInterval * 2, Self.longestRampRetryInterval)
             ramp = .measuring(count: target, since: now, bytesAtStart: bytesWritten, previous: nil)
         }
         guard case .measuring(let count, let since, let bytesAtStart, let previous) = ramp else { return [] }
@@ -345,9 +364,6 @@ struct SegmentSchedule: Sendable {
             return []
         }
         let elapsed = now - since
-        // A window long enough, and with enough bytes per connection that a server sending in bursts (nginx sends
-        // `sendfile_max_chunk` at a time under `limit_rate`) does not decide it; at most a second.
-        let perConnection = min(Self.rampBytesPerConnection, max(settings.minimumSegmentLength / 2, 1))
         let enoughBytes = bytesWritten - bytesAtStart >= Int64(count) * perConnection
         guard elapsed >= settings.rampWindow, enoughBytes || elapsed >= .seconds(1) else { return [] }
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
@@ -359,13 +375,11 @@ struct SegmentSchedule: Sendable {
         var factor = count == 1 ? Self.firstRampStep : 2
         if let previous {
             if rate < previous.rate * Self.rampGain {
-                // The last step did not help: keep it only if it did not hurt.
+                // The last step did not pay: back to the count before it (connections that bring nothing are a cost
+                // to the server, and each segment more delays a digest, which follows the file's first segment).
                 ramp = .settled(since: now)
-                if rate < previous.rate {
-                    target = max(1, previous.count)
-                    return retireExtraConnections()
-                }
-                return []
+                target = max(1, previous.count)
+                return retireExtraConnections()
             }
             // The rate grew almost in proportion: each connection is capped, not the link. Go to the most at once;
             // the next window shows whether it helped.

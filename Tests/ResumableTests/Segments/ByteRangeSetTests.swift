@@ -49,6 +49,12 @@ struct SegmentScheduleTests {
         return SegmentSchedule(basis: basis, settings: settings, probeConnection: 0, now: now)
     }
 
+    /// The automatic count's warm-up: the probe's first 512 KiB are not measured; the first window starts at `now`.
+    func warmUp(_ schedule: inout SegmentSchedule, now: ContinuousClock.Instant) {
+        _ = schedule.wrote(connection: 0, count: 512 << 10, now: now)
+        #expect(schedule.tick(now: now).actions.isEmpty)
+    }
+
     static func requests(_ actions: [SegmentSchedule.Action]) -> [Int: Range<Int64>] {
         var result: [Int: Range<Int64>] = [:]
         for case .request(let id, let range) in actions { result[id] = range }
@@ -198,6 +204,7 @@ struct SegmentScheduleTests {
         var schedule = schedule(total: 64 << 20, connections: .automatic, now: start)
         let started = schedule.start(now: start)
         #expect(started.actions.isEmpty)
+        warmUp(&schedule, now: start)
         _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
         let up = Self.requests(schedule.tick(now: start + .milliseconds(100)).actions)
         #expect(up.count == 3 && schedule.target == 4)
@@ -231,6 +238,7 @@ struct SegmentScheduleTests {
         let start = ContinuousClock.now
         var schedule = schedule(total: 256 << 20, connections: .automatic, now: start)
         _ = schedule.start(now: start)
+        warmUp(&schedule, now: start)
         _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
         let four = Self.requests(schedule.tick(now: start + .milliseconds(100)).actions)
         for (id, range) in four {
@@ -257,12 +265,91 @@ struct SegmentScheduleTests {
         #expect(Set(back.actions) == Set(eight.keys.map { SegmentSchedule.Action.stop(connection: $0) }))
     }
 
+    @Test("The probe's first bytes are not measured: a slow start does not make four connections look proportional")
+    func automaticRampWarmsUp() {
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 64 << 20, connections: .automatic, now: start)
+        _ = schedule.start(now: start)
+        // A slow first half second (a new connection, a new file): 256 KiB. Nothing is decided on it.
+        _ = schedule.wrote(connection: 0, count: 256 << 10, now: start + .milliseconds(500))
+        #expect(schedule.tick(now: start + .milliseconds(500)).actions.isEmpty)
+        _ = schedule.wrote(connection: 0, count: 256 << 10, now: start + .milliseconds(510))
+        #expect(schedule.tick(now: start + .milliseconds(510)).actions.isEmpty, "the window starts only now")
+        // The first window measures the connection at speed: 1 MiB in 100 ms.
+        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(610))
+        let four = Self.requests(schedule.tick(now: start + .milliseconds(610)).actions)
+        #expect(four.count == 3 && schedule.target == 4)
+        for (id, range) in four {
+            _ = schedule.head(connection: id, verdict: .join(end: range.upperBound), now: start + .milliseconds(610))
+        }
+        _ = schedule.tick(now: start + .milliseconds(620))
+        // Four connections share the link: 2 MiB in 186 ms, 1.08 times the rate of one. Back to one.
+        for id in [0] + Array(four.keys) {
+            _ = schedule.wrote(connection: id, count: 512 << 10, now: start + .milliseconds(806))
+        }
+        let back = schedule.tick(now: start + .milliseconds(806))
+        #expect(schedule.target == 1)
+        #expect(Set(back.actions) == Set(four.keys.map { SegmentSchedule.Action.stop(connection: $0) }))
+    }
+
+    @Test("A step that brings less than a fifth more goes back, and the next try waits twice as long")
+    func automaticRampBacksOffItsTries() {
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 1 << 30, connections: .automatic, now: start)
+        _ = schedule.start(now: start)
+        warmUp(&schedule, now: start)
+        var now = start
+        var written: Int64 = 0
+        /// One connection at 10 MiB/s for `duration`, ticking every 50 ms; returns the requests made meanwhile.
+        func alone(for duration: Duration) -> [Int: Range<Int64>] {
+            var requests: [Int: Range<Int64>] = [:]
+            let end = now + duration
+            while now < end {
+                now += .milliseconds(50)
+                _ = schedule.wrote(connection: 0, count: 512 << 10, now: now)
+                written += 512 << 10
+                requests.merge(Self.requests(schedule.tick(now: now).actions)) { $1 }
+            }
+            return requests
+        }
+        /// Four connections bringing, together, 1.08 times what one did: the step does not pay.
+        func fourNotPaying(_ four: [Int: Range<Int64>]) {
+            for (id, range) in four {
+                _ = schedule.head(connection: id, verdict: .join(end: range.upperBound), now: now)
+            }
+            now += .milliseconds(10)
+            _ = schedule.tick(now: now)
+            now += .milliseconds(186)
+            for id in [0] + Array(four.keys) {
+                _ = schedule.wrote(connection: id, count: 512 << 10, now: now)
+            }
+            let back = schedule.tick(now: now)
+            #expect(schedule.target == 1)
+            #expect(Set(back.actions) == Set(four.keys.map { SegmentSchedule.Action.stop(connection: $0) }))
+            for id in four.keys {
+                _ = schedule.ended(connection: id, error: ResumableError(.cancelled, "stopped"), now: now)
+            }
+        }
+        let first = alone(for: .milliseconds(100))
+        #expect(first.count == 3)
+        fourNotPaying(first)
+        // Settled at one: the next try after 2 s (measured over a window), not before.
+        #expect(alone(for: .milliseconds(1900)).isEmpty)
+        let second = alone(for: .milliseconds(300))
+        #expect(second.count == 3, "tried again after 2 s")
+        fourNotPaying(second)
+        // That try did not pay either: the next one waits 4 s.
+        #expect(alone(for: .milliseconds(3900)).isEmpty)
+        #expect(alone(for: .milliseconds(300)).count == 3, "tried again after 4 s")
+    }
+
     @Test("When the count grows by several, every connection is left an even share, so that all end together")
     func rampRebalances() throws {
         let start = ContinuousClock.now
         let total: Int64 = 64 << 20
         var schedule = schedule(total: total, connections: .automatic, now: start)
         _ = schedule.start(now: start)
+        warmUp(&schedule, now: start)
         _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
         let four = Self.requests(schedule.tick(now: start + .milliseconds(100)).actions)
         #expect(four.count == 3)
@@ -281,7 +368,7 @@ struct SegmentScheduleTests {
         for existing in working {
             left.append(Int64(schedule.placement(connection: existing, count: .max)?.count ?? 0))
         }
-        let missing = total - 5 * Self.mebibyte
+        let missing = total - 5 * Self.mebibyte - (512 << 10)
         #expect(left.reduce(0, +) == missing, "nothing is lost or fetched twice")
         #expect(left.max()! - left.min()! < Self.mebibyte, "\(left.sorted())")
         // The new ranges do not overlap each other or what the two keep.

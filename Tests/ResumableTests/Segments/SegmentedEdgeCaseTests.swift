@@ -288,10 +288,11 @@ struct SegmentedEdgeCaseTests {
     @Test("automatic: the count grows beyond one once the first connection has been measured")
     func automaticRamps() async throws {
         let fixture = try DownloadFixture()
-        // The first response is held after two minimum segments: enough bytes for the ramp's first window, which
-        // always tries a second connection (there is nothing to compare with yet). No rate or timing decides what
-        // this test sees, so a busy machine only makes it slower. (The rates that decide later steps are the unit
-        // tests' concern, with explicit instants.)
+        // The first response is held after two minimum segments, then let through 64 KiB at a time: the ramp
+        // measures the first connection only after its first bytes (a warm-up) and over a window in which bytes
+        // arrive, and that first window always tries more connections (there is nothing to compare with yet). No
+        // rate or timing decides what this test sees, so a busy machine only makes it slower. (The rates that decide
+        // later steps are the unit tests' concern, with explicit instants.)
         let length = 32 * Segmented.minimumSegment
         let held = 2 * Segmented.minimumSegment
         fixture.serve(.generated(length: length, seed: 68))
@@ -301,8 +302,16 @@ struct SegmentedEdgeCaseTests {
         let events = EventLog()
         let task = try fixture.download(configuration: Segmented.configuration(.automatic, events: events))
         #expect(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
-        // While the first response is held, a second connection asks for part of the rest.
-        let asked = try await waitUntil { !fixture.rangeRequests().isEmpty }
+        // While the first response trickles, a second connection asks for part of the rest.
+        var asked = false
+        let deadline = ContinuousClock.now + Waiting.deadline
+        while !asked, ContinuousClock.now < deadline {
+            if gate.heldCount > 0, let limit = gate.limit, limit + (64 << 10) < length / 2 {
+                gate.advance(by: 64 << 10)
+            }
+            try await Task.sleep(for: .milliseconds(20))
+            asked = !fixture.rangeRequests().isEmpty
+        }
         #expect(asked, "no second connection: \(events.all)")
         gate.open()
         let result = try await task.value
