@@ -68,4 +68,8 @@ int cresumable_signals_install(const int *numbers, int count);
 /// Waits for the next caught signal and returns its number; -1 when the pipe is unusable.
 int cresumable_signals_next(void);
 
+/// Fills `count` bytes with random bytes from the kernel's generator in one call (`getrandom` on Linux,
+/// `arc4random_buf` on Darwin). Returns 0, or -1 when it could not (the bytes are then unspecified).
+int cresumable_random_bytes(void *bytes, size_t count);
+
 #endif

@@ -299,20 +299,21 @@ extension DownloadTask.TLS {
 /// Checks that the files a TLS configuration names can be read, so a typo fails when the task is created.
 enum TLSFiles {
     static func checkReadableFile(_ path: String, setting: String) throws(ResumableError) {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+        // One `stat` (symbolic links followed) says whether it exists and what it is: every queued download checks
+        // its configuration's files.
+        var status = stat()
+        guard stat(path, &status) == 0 else {
             throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) does not exist")
         }
-        guard !isDirectory.boolValue else {
+        guard (status.st_mode & S_IFMT) != S_IFDIR else {
             throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) is a directory, not a file")
         }
         // Only a regular file (a symbolic link to one is fine): OpenSSL would block for good opening a FIFO, and
         // read a device such as /dev/zero without end.
-        var status = stat()
-        guard stat(path, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else {
+        guard (status.st_mode & S_IFMT) == S_IFREG else {
             throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) is not a regular file")
         }
-        guard FileManager.default.isReadableFile(atPath: path) else {
+        guard access(path, R_OK) == 0 else {
             throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) cannot be read")
         }
     }

@@ -65,7 +65,8 @@ final class CheckpointWriter: Sendable {
             let current = state.withLock { !$0.ended && $0.failure == nil && $0.currentPath == token.tempPath }
             guard current else { return }
             do throws(ResumableError) {
-                try file.synchronize()
+                // A token that covers no byte (the one handed over when a response is accepted) needs no flush.
+                if token.offset > 0 || !token.completedRanges.isEmpty { try file.synchronize() }
                 try Self.call(checkpointing.handler, token)
             } catch {
                 state.withLock { $0.failure = $0.failure ?? error }

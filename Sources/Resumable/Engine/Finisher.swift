@@ -25,6 +25,11 @@ struct Finisher: Sendable {
             }
             return wanted
         case .chooseFreeName:
+            // The name itself first: usually free, and the move (which never replaces) says when it is not.
+            do {
+                try file.move(to: wanted, replacing: false)
+                return wanted
+            } catch  where FileManager.default.fileExists(atPath: wanted) {}
             let name = (wanted as NSString).lastPathComponent
             for _ in 0..<100 {
                 let free = SuggestedFilename.available(name) { candidate in

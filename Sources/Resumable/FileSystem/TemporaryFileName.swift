@@ -1,3 +1,4 @@
+import CResumable
 import Foundation
 
 /// How this library names its temporary files: `.resumable-<UUID>.partial`.
@@ -10,7 +11,7 @@ enum TemporaryFileName {
 
     /// A fresh name.
     static func make() -> String {
-        prefix + UUID().uuidString.lowercased() + suffix
+        prefix + UUID.random().uuidString.lowercased() + suffix
     }
 
     /// Whether `name` is a name ``make()`` could have produced.
@@ -19,5 +20,23 @@ enum TemporaryFileName {
         let middle = name.dropFirst(prefix.count).dropLast(suffix.count)
         guard middle.count == 36, let uuid = UUID(uuidString: String(middle)) else { return false }
         return uuid.uuidString.lowercased() == middle
+    }
+}
+
+extension UUID {
+    /// A random (version 4) UUID from the kernel's generator in one call. Foundation's `UUID()` opens, reads and
+    /// closes `/dev/urandom` for each one on Linux: three system calls for every download's identifier and
+    /// temporary file.
+    static func random() -> UUID {
+        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        let filled = withUnsafeMutableBytes(of: &uuid) { bytes in
+            cresumable_random_bytes(bytes.baseAddress, bytes.count) == 0
+        }
+        guard filled else { return UUID() }
+        withUnsafeMutableBytes(of: &uuid) { bytes in
+            bytes[6] = (bytes[6] & 0x0F) | 0x40  // version 4
+            bytes[8] = (bytes[8] & 0x3F) | 0x80  // variant 1 (RFC 9562)
+        }
+        return UUID(uuid: uuid)
     }
 }

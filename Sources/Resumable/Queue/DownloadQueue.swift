@@ -20,7 +20,7 @@ public actor DownloadQueue {
     public struct TaskID: Hashable, Sendable, CustomStringConvertible, Comparable {
         let uuid: UUID
 
-        init() { uuid = UUID() }
+        init() { uuid = UUID.random() }
 
         /// Parses the lowercase UUID form of ``description``.
         public init?(_ text: String) {

@@ -51,6 +51,9 @@ public final class TaskStore: Sendable {
     }
     /// `lock`, held with `flock` while the store is open: one queue per store, across processes.
     private let lockDescriptor: Int32
+    /// `tasks/`, open while the store is: records are written, renamed and removed relative to it, and it is
+    /// flushed through it, without looking the path up again for every step.
+    private let tasksDescriptor: Int32
 
     /// Opens the store in `directory`, creating it (mode `0700`) when it does not exist.
     ///
@@ -76,6 +79,13 @@ public final class TaskStore: Sendable {
             close(descriptor)
             throw ResumableError(.invalidRequest, "the task store's lock '\(lockPath)' is not a regular file of yours")
         }
+        // The directory checked above, not a symbolic link put in its place since.
+        let tasks = open(tasksPath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard tasks >= 0 else {
+            let code = errno
+            close(descriptor)
+            throw .fileSystem("opening the task store directory", path: tasksPath, errno: code)
+        }
         // `resumable list` probes the lock for an instant with a shared lock: try a few times before giving up.
         var locked = flock(descriptor, LOCK_EX | LOCK_NB) == 0
         for _ in 0..<20 where !locked {
@@ -84,13 +94,16 @@ public final class TaskStore: Sendable {
         }
         guard locked else {
             close(descriptor)
+            close(tasks)
             throw ResumableError(
                 .tokenInUse, "the task store '\(path)' is in use by another queue (in this or another process)")
         }
         lockDescriptor = descriptor
+        tasksDescriptor = tasks
     }
 
     deinit {
+        close(tasksDescriptor)
         close(lockDescriptor)
     }
 
@@ -214,15 +227,16 @@ public final class TaskStore: Sendable {
     /// Removes the record of a download that finished or was cancelled; later checkpoints are ignored.
     func remove(_ id: DownloadQueue.TaskID) {
         stripe(id).lock.withLock { _ in
-            state.withLock { state in
+            // Only a record this store wrote or read is on disk (a finished download's is removed twice: when its
+            // file is in place, and when the queue learns it finished).
+            let onDisk = state.withLock { state in
                 state.records[id] = nil
-                state.written[id] = nil
                 state.acceptingCheckpoints.remove(id)
+                return state.written.removeValue(forKey: id) != nil
             }
-            let path = recordPath(id)
-            if unlink(path) == 0 {
-                DurableSteps.record(.unlink, path)
-                DurableSteps.flushDirectory(tasksPath)
+            if onDisk, unlinkat(tasksDescriptor, "\(id).json", 0) == 0 {
+                DurableSteps.record(.unlink, recordPath(id))
+                fsync(tasksDescriptor)
             }
         }
     }
@@ -236,7 +250,11 @@ public final class TaskStore: Sendable {
         } catch {
             throw ResumableError(.invalidRequest, "the task record of \(record.id) cannot be encoded: \(error)")
         }
-        try AtomicFile.write(data, to: recordPath(record.id))
+        let name = "\(record.id).json"
+        try AtomicFile.write(
+            data, name: name, in: tasksDescriptor, path: (tasksPath as NSString).appendingPathComponent(name))
+        // Best effort, like every directory flush (DurableSteps.flushDirectory).
+        fsync(tasksDescriptor)
     }
 
     // MARK: - Reading

@@ -103,28 +103,41 @@ extension ResumeToken {
 /// stays `0400`.
 enum AtomicFile {
     /// The mode a file written over `path` gets: `0600`, narrowed to the permissions of the regular file already
-    /// at `path`, if any.
-    static func permissions(replacing path: String) -> Int {
+    /// at `path`, if any. `directory`: the descriptor `path` is relative to (`AT_FDCWD`: none).
+    static func permissions(replacing path: String, in directory: Int32 = AT_FDCWD) -> Int {
         var status = stat()
-        guard lstat(path, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else { return 0o600 }
+        guard fstatat(directory, path, &status, AT_SYMLINK_NOFOLLOW) == 0, (status.st_mode & S_IFMT) == S_IFREG
+        else { return 0o600 }
         return 0o600 & Int(status.st_mode & 0o777)
     }
 
     static func write(_ data: Data, to path: String) throws(ResumableError) {
         let directory = (path as NSString).deletingLastPathComponent
+        try write(data, name: path, in: AT_FDCWD, path: path)
+        DurableSteps.flushDirectory(directory)
+    }
+
+    /// Writes `data` over the file `name` of the directory open as `directory` (`AT_FDCWD`: `name` is a path),
+    /// without flushing the directory: the caller flushes it, once for several files when it may. `path` is
+    /// the file's full path, for messages. Until the directory is flushed, a crash may leave the old file.
+    static func write(_ data: Data, name: String, in directory: Int32, path: String) throws(ResumableError) {
         // One fixed sibling name: a writer killed half way leaves it behind, and the next write replaces it.
-        let sibling = path + ".writing"
+        let sibling = name + ".writing"
+        let siblingPath = path + ".writing"
         // Always a fresh sibling, so that it gets the mode below whatever a killed writer left behind (a file of
-        // another mode, or a hard link to another file, is never reused or truncated).
-        // Another process writing the same token may create it in between: a few tries, then report it.
-        let mode = mode_t(permissions(replacing: path))
+        // another mode, or a hard link to another file, is never reused or truncated): created exclusively, and
+        // one left behind is unlinked first. Another process writing the same token may create it in between: a
+        // few tries, then report it.
+        let mode = mode_t(permissions(replacing: name, in: directory))
         var descriptor: Int32 = -1
-        for _ in 0..<3 {
-            unlink(sibling)
-            descriptor = open(sibling, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
-            if descriptor >= 0 || (errno != EEXIST && errno != EINTR) { break }
+        var code: Int32 = 0
+        for _ in 0..<4 {
+            descriptor = openat(directory, sibling, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+            code = errno
+            if descriptor >= 0 || (code != EEXIST && code != EINTR) { break }
+            if code == EEXIST { unlinkat(directory, sibling, 0) }
         }
-        guard descriptor >= 0 else { throw .fileSystem("creating", path: sibling, errno: errno) }
+        guard descriptor >= 0 else { throw .fileSystem("creating", path: siblingPath, errno: code) }
         var failure: ResumableError?
         data.withUnsafeBytes { buffer in
             guard let base = buffer.baseAddress else { return }
@@ -137,24 +150,23 @@ enum AtomicFile {
                 #endif
                 if count < 0 {
                     if errno == EINTR { continue }
-                    failure = .fileSystem("writing", path: sibling, errno: errno)
+                    failure = .fileSystem("writing", path: siblingPath, errno: errno)
                     return
                 }
                 written += count
             }
         }
         if failure == nil, fsync(descriptor) != 0 {
-            failure = .fileSystem("flushing", path: sibling, errno: errno)
+            failure = .fileSystem("flushing", path: siblingPath, errno: errno)
         }
         close(descriptor)
-        if failure == nil, rename(sibling, path) != 0 {
+        if failure == nil, renameat(directory, sibling, directory, name) != 0 {
             failure = .fileSystem("renaming to", path: path, errno: errno)
         }
         if let failure {
-            unlink(sibling)
+            unlinkat(directory, sibling, 0)
             throw failure
         }
         DurableSteps.record(.tokenWrite, path)
-        DurableSteps.flushDirectory(directory)
     }
 }
