@@ -233,6 +233,74 @@ public actor DownloadQueue {
         expectedSHA256: String? = nil,
         paused: Bool = false
     ) throws(ResumableError) -> TaskID {
+        let (id, actions) = try insert(
+            Addition(
+                url, destination: destination, priority: priority, expectedSHA256: expectedSHA256, paused: paused),
+            flushingDirectory: true)
+        send(.added(id, HTTPURL.removingUserInfo(url)))
+        perform(actions)
+        return id
+    }
+
+    /// A download for ``add(contentsOf:)``: the arguments of ``add(_:destination:priority:expectedSHA256:paused:)``.
+    public struct Addition: Sendable {
+        public var url: URL
+        public var destination: DownloadTask.Destination
+        public var priority: Int
+        public var expectedSHA256: String?
+        public var paused: Bool
+
+        public init(
+            _ url: URL,
+            destination: DownloadTask.Destination = .currentDirectory,
+            priority: Int = 0,
+            expectedSHA256: String? = nil,
+            paused: Bool = false
+        ) {
+            self.url = url
+            self.destination = destination
+            self.priority = priority
+            self.expectedSHA256 = expectedSHA256
+            self.paused = paused
+        }
+    }
+
+    /// Adds downloads in order, as ``add(_:destination:priority:expectedSHA256:paused:)`` would one after the
+    /// other, and stops at the first that cannot be added. With a store, their records are flushed to disk each,
+    /// and the store's directory once for all of them (not once each) before any of them starts or is reported
+    /// added: a crash before that flush loses only downloads that have no byte yet and were not reported added.
+    ///
+    /// - Returns: The identifiers of the downloads added, in order, and why the next one could not be (the
+    ///   errors of ``add(_:destination:priority:expectedSHA256:paused:)``), if one could not.
+    public func add(contentsOf additions: [Addition]) -> (added: [TaskID], failure: ResumableError?) {
+        var added: [TaskID] = []
+        var actions: [QueueSchedule.Action] = []
+        var failure: ResumableError?
+        for addition in additions {
+            do throws(ResumableError) {
+                let (id, more) = try insert(addition, flushingDirectory: false)
+                added.append(id)
+                actions += more
+            } catch {
+                failure = error
+                break
+            }
+        }
+        if !added.isEmpty { store?.flushDirectory() }
+        for id in added {
+            if let url = entries[id]?.url { send(.added(id, HTTPURL.removingUserInfo(url))) }
+        }
+        perform(actions)
+        return (added, failure)
+    }
+
+    /// Checks `addition`, puts it in the queue and writes its record; the caller reports and performs.
+    private func insert(
+        _ addition: Addition, flushingDirectory: Bool
+    ) throws(ResumableError) -> (TaskID, [QueueSchedule.Action]) {
+        let (url, destination, priority, expectedSHA256, paused) = (
+            addition.url, addition.destination, addition.priority, addition.expectedSHA256, addition.paused
+        )
         guard HTTPURL.isSupported(url) else {
             throw ResumableError(.invalidRequest, "not an http or https URL: \(HTTPURL.removingUserInfo(url))")
         }
@@ -253,15 +321,14 @@ public actor DownloadQueue {
         entries[id] = entry
         let actions = schedule.add(id, host: Self.host(of: url), priority: priority, paused: paused)
         do {
-            try persist(id, state: paused ? .paused : .queued, running: false)
+            try persist(
+                id, state: paused ? .paused : .queued, running: false, flushingDirectory: flushingDirectory)
         } catch {
             entries[id] = nil
             _ = schedule.cancel(id)
             throw error
         }
-        send(.added(id, HTTPURL.removingUserInfo(url)))
-        perform(actions)
-        return id
+        return (id, actions)
     }
 
     /// Brings back every unfinished download of the store, in its place and state, and removes the temporary
@@ -577,7 +644,9 @@ public actor DownloadQueue {
     // MARK: - The store
 
     /// Writes the download's record; `state` and `running` nil keep what was written last.
-    private func persist(_ id: TaskID, state: TaskRecord.State?, running: Bool?) throws(ResumableError) {
+    private func persist(
+        _ id: TaskID, state: TaskRecord.State?, running: Bool?, flushingDirectory: Bool = true
+    ) throws(ResumableError) {
         guard let store, let entry = entries[id], let order = schedule.orderOf(id) else { return }
         let current = store.record(id)
         let record = TaskRecord(
@@ -586,7 +655,9 @@ public actor DownloadQueue {
             token: current?.token ?? entry.token, failure: entry.failure?.message,
             checkpointedAt: current?.checkpointedAt, bytesPerSecond: current?.bytesPerSecond)
         // The store's token as of the write, not of `current`: a checkpoint may land in between.
-        try store.save(record, running: running ?? store.isRunning(id), keepingCheckpoint: true)
+        try store.save(
+            record, running: running ?? store.isRunning(id), keepingCheckpoint: true,
+            flushingDirectory: flushingDirectory)
     }
 
     /// Removes the temporary file a cancelled download's token names, when it is the store's.

@@ -161,7 +161,13 @@ public final class TaskStore: Sendable {
     /// `keepingCheckpoint`: the record's token, checkpoint time and rate are those the store holds now, when it
     /// holds a token (`record`'s otherwise). Read under the record's stripe, so a checkpoint written between the
     /// caller's ``record(_:)`` and this call is not replaced by the older token the caller read.
-    func save(_ record: TaskRecord, running: Bool, keepingCheckpoint: Bool = false) throws(ResumableError) {
+    ///
+    /// `flushingDirectory` false: the record is written and flushed, but `tasks/` is not; a crash may lose the
+    /// record until the caller's ``flushDirectory()``, which it calls before anything relies on the record (one
+    /// flush for the records of many downloads added together).
+    func save(
+        _ record: TaskRecord, running: Bool, keepingCheckpoint: Bool = false, flushingDirectory: Bool = true
+    ) throws(ResumableError) {
         var record = record
         try stripe(record.id).lock.withLock { (_) throws(ResumableError) in
             let unchanged = state.withLock { state in
@@ -183,7 +189,7 @@ public final class TaskStore: Sendable {
             }
             // The same record is already on disk (a queued download starting): no write, no fsync.
             guard !unchanged else { return }
-            try write(record)
+            try write(record, flushingDirectory: flushingDirectory)
             state.withLock { $0.written[record.id] = record }
         }
     }
@@ -241,7 +247,12 @@ public final class TaskStore: Sendable {
         }
     }
 
-    private func write(_ record: TaskRecord) throws(ResumableError) {
+    /// Flushes `tasks/`: the records written with `flushingDirectory` false are on disk after this returns.
+    func flushDirectory() {
+        fsync(tasksDescriptor)
+    }
+
+    private func write(_ record: TaskRecord, flushingDirectory: Bool = true) throws(ResumableError) {
         let data: Data
         do {
             let encoder = JSONEncoder()
@@ -254,7 +265,7 @@ public final class TaskStore: Sendable {
         try AtomicFile.write(
             data, name: name, in: tasksDescriptor, path: (tasksPath as NSString).appendingPathComponent(name))
         // Best effort, like every directory flush (DurableSteps.flushDirectory).
-        fsync(tasksDescriptor)
+        if flushingDirectory { fsync(tasksDescriptor) }
     }
 
     // MARK: - Reading

@@ -10,6 +10,9 @@ struct BatchRunner {
     let jobs: Int
     let store: TaskStore
 
+    /// How many entries of a list are added to the queue at once.
+    static let additionGroup = 32
+
     /// The state directory of a batch whose output directory is `output`, when `--state` is not given.
     static func defaultStateDirectory(output: String) -> URL {
         URL(fileURLWithPath: output, isDirectory: true).appendingPathComponent(".resumable-state", isDirectory: true)
@@ -25,17 +28,27 @@ struct BatchRunner {
             return .usage
         }
         return await run(total: entries.count) { queue, display in
-            for entry in entries {
-                let destination: DownloadTask.Destination =
-                    entry.outputName.map { .file(directory.appendingPathComponent($0, isDirectory: false)) }
-                    ?? .directory(directory)
-                do throws(ResumableError) {
-                    let id = try await queue.add(
-                        entry.url, destination: destination, expectedSHA256: entry.sha256 ?? options.sha256)
+            // Added a few dozen at a time: one flush of the store's directory for each group's records, and the
+            // first downloads start while the rest are added.
+            var start = 0
+            while start < entries.count {
+                let group = entries[start..<min(start + Self.additionGroup, entries.count)]
+                start = group.endIndex
+                let (added, failure) = await queue.add(
+                    contentsOf: group.map { entry in
+                        DownloadQueue.Addition(
+                            entry.url,
+                            destination: entry.outputName.map {
+                                .file(directory.appendingPathComponent($0, isDirectory: false))
+                            } ?? .directory(directory),
+                            expectedSHA256: entry.sha256 ?? options.sha256)
+                    })
+                for (entry, id) in zip(group, added) {
                     if let name = entry.outputName { await display.name(id, as: name) }
-                } catch {
-                    Console.err("error: line \(entry.line): \(error.message)")
-                    return ExitCode.forError(error)
+                }
+                if let failure {
+                    Console.err("error: line \(group[group.startIndex + added.count].line): \(failure.message)")
+                    return ExitCode.forError(failure)
                 }
             }
             return nil

@@ -63,6 +63,41 @@ struct DownloadQueueTests {
         #expect(await queue.items.isEmpty)
     }
 
+    @Test("add(contentsOf:): all records on disk when it returns, in order; stops at the first that cannot be added")
+    func addGroup() async throws {
+        let fixture = try DownloadFixture()
+        defer { fixture.server.shutdown() }
+        let files = Self.serve(fixture, count: 4)
+        let gate = BodyGate(holdingAfter: 1_000)
+        for index in 0..<4 { fixture.server.enqueue(behavior: Behavior(gate: gate), for: "/file-\(index).bin") }
+        let store = try TaskStore(directory: fixture.directory.url.appendingPathComponent("state"))
+        let queue = DownloadQueue(
+            configuration: .init(maximumConcurrentDownloads: 4, download: DownloadFixture.configuration()), store: store
+        )
+        var additions = files.map { DownloadQueue.Addition($0.0, destination: .directory(fixture.directory.url)) }
+        // The fourth cannot be added; the fifth (file-3) is never tried.
+        additions.insert(DownloadQueue.Addition(URL(string: "ftp://127.0.0.1/file.bin")!), at: 3)
+        let (added, failure) = await queue.add(contentsOf: additions)
+        #expect(added.count == 3)
+        #expect(failure?.code == .invalidRequest)
+        // The records, held mid-body: none of them can have finished yet.
+        let names = try FileManager.default.contentsOfDirectory(atPath: store.tasksPath).filter {
+            $0.hasSuffix(".json")
+        }
+        #expect(names.sorted() == added.map { "\($0).json" }.sorted())
+        #expect(TaskStore.listing(directory: store.directory).items.map(\.id) == added)
+        #expect(await gate.waitUntilHeld(count: 3, timeout: Waiting.deadline), "\(gate)")
+        gate.open()
+        let summary = await queue.waitUntilIdle()
+        #expect(summary == .init(finished: 3, failed: 0, cancelled: 0, waitingForResume: 0))
+        for (index, (_, bytes)) in files.enumerated().prefix(3) {
+            #expect(
+                try fixture.contents(of: fixture.directory.url.appendingPathComponent("file-\(index).bin")) == bytes)
+        }
+        #expect(fixture.server.requests(for: "/file-3.bin").isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: store.tasksPath).isEmpty)
+    }
+
     @Test("Paused mid-transfer into the store, restored by a new queue: each file resumes with a validated range")
     func pauseRestoreResume() async throws {
         let fixture = try DownloadFixture()
