@@ -255,9 +255,7 @@ public final class TaskStore: Sendable {
     private func write(_ record: TaskRecord, flushingDirectory: Bool = true) throws(ResumableError) {
         let data: Data
         do {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            data = try encoder.encode(record)
+            data = try record.encodedJSON()
         } catch {
             throw ResumableError(.invalidRequest, "the task record of \(record.id) cannot be encoded: \(error)")
         }
