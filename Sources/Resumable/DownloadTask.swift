@@ -204,6 +204,11 @@ public final class DownloadTask: Sendable {
         engine.events.subscribe()
     }
 
+    /// The last progress event sent, without subscribing to the events.
+    var latestProgress: DownloadProgress? {
+        engine.events.latestProgress
+    }
+
     /// The download's progress from now on, at most once per ``Configuration/progressInterval``.
     public var progress: AsyncCompactMapSequence<AsyncStream<DownloadEvent>, DownloadProgress> {
         events.compactMap { event in

@@ -55,6 +55,11 @@ final class EventHub: Sendable {
         return stream
     }
 
+    /// The last progress sent, if any.
+    var latestProgress: DownloadProgress? {
+        state.withLock { $0.latestProgress }
+    }
+
     func send(_ event: DownloadEvent) {
         // Outside the lock: the handler may call back into the task (for example to read `events`).
         handler?(event)

@@ -135,6 +135,8 @@ public actor DownloadQueue {
         var task: DownloadTask?
         var cancelRequested = false
         var progress: DownloadProgress?
+        /// Whether the running task's events are forwarded to the queue's subscribers.
+        var forwarding = false
         /// The token and the failure on the heap, where they cost a pointer when absent: inline they are 528
         /// bytes of every slot of `entries` (224 and 304), ≈ 8 MiB for a queue of 10,000 (a dictionary keeps a
         /// quarter of its slots empty), and most entries have neither.
@@ -200,6 +202,10 @@ public actor DownloadQueue {
         let (stream, continuation) = AsyncStream<Event>.makeStream()
         let key = UUID()
         subscribers[key] = continuation
+        // Downloads started while nobody listened forward their events from now on.
+        for (id, entry) in entries where !entry.forwarding {
+            if let task = entry.task { forwardEvents(id, of: task) }
+        }
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
             Task { await self.unsubscribe(key) }
@@ -465,11 +471,13 @@ public actor DownloadQueue {
             case .running, .pausing: state = .running
             case .paused: state = entry.failure.map(State.failed) ?? .paused
             }
+            // A running task's events may not be forwarded (nobody subscribes): its progress is the task's.
+            let progress = entry.forwarding ? entry.progress : entry.task?.latestProgress ?? entry.progress
             return Item(
                 id: id, url: HTTPURL.removingUserInfo(entry.url), destination: entry.destination,
-                priority: entry.priority, state: state, bytesOnDisk: entry.progress?.bytesOnDisk ?? 0,
-                expectedLength: entry.progress?.expectedLength,
-                bytesPerSecond: phase == .running ? entry.progress?.bytesPerSecond ?? 0 : 0)
+                priority: entry.priority, state: state, bytesOnDisk: progress?.bytesOnDisk ?? 0,
+                expectedLength: progress?.expectedLength,
+                bytesPerSecond: phase == .running ? progress?.bytesPerSecond ?? 0 : 0)
         }
     }
 
@@ -570,14 +578,20 @@ public actor DownloadQueue {
         }
         entries[id]?.task = task
         send(.started(id))
+        // Each event is a hop onto the queue: none while nobody subscribes (`items` reads the task's progress).
+        if !subscribers.isEmpty { forwardEvents(id, of: task) }
+        Task { [weak self] in
+            let result = await task.result
+            await self?.ended(id, result: result)
+        }
+    }
+
+    private func forwardEvents(_ id: TaskID, of task: DownloadTask) {
+        entries[id]?.forwarding = true
         Task { [weak self] in
             for await event in task.events {
                 await self?.forward(id, event)
             }
-        }
-        Task { [weak self] in
-            let result = await task.result
-            await self?.ended(id, result: result)
         }
     }
 
@@ -589,6 +603,7 @@ public actor DownloadQueue {
     private func ended(_ id: TaskID, result: Result<DownloadResult, ResumableError>) {
         guard var entry = entries[id] else { return }
         entry.task = nil
+        entry.forwarding = false
         switch result {
         case .success(let download):
             entries[id] = nil

@@ -86,14 +86,16 @@ struct BatchRunner {
             configuration: .init(maximumConcurrentDownloads: jobs, download: download), store: store)
         let watcher = SignalWatcher()
         let display = BatchDisplay(mode: options.outputMode, total: total)
-        let events = await queue.events()
+        // `-q` shows nothing while running: no subscription, so no event travels to the display.
+        let events = options.outputMode == .silent ? nil : await queue.events()
         let reporter = Task {
+            guard let events else { return }
             for await event in events { await display.handle(event) }
         }
         // A redraw the throttle held back is drawn once its interval passed, even when no event follows (every
         // download waiting on its server): otherwise the block showed the state of the last event drawn.
         let ticker = Task {
-            while !Task.isCancelled {
+            while options.outputMode == .terminal && !Task.isCancelled {
                 try? await Task.sleep(for: RedrawThrottle.terminalInterval)
                 await display.drawPending()
             }

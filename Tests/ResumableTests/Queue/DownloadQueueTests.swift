@@ -98,6 +98,50 @@ struct DownloadQueueTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: store.tasksPath).isEmpty)
     }
 
+    /// Without a subscriber the queue does not forward a download's events (each would be a hop onto the queue for
+    /// nobody): `items` reads the running task's progress, and a subscriber that comes later gets the events of the
+    /// downloads already running.
+    @Test("Nobody subscribed: items shows a running download's bytes; a later subscriber gets its events")
+    func eventsOfDownloadsStartedUnobserved() async throws {
+        let fixture = try DownloadFixture()
+        defer { fixture.server.shutdown() }
+        let length = 256 << 10
+        let files = Self.serve(fixture, count: 1, length: length)
+        let gate = BodyGate(holdingAfter: 100_000)
+        fixture.server.enqueue(behavior: Behavior(gate: gate), for: "/file-0.bin")
+        let queue = DownloadQueue(configuration: .init(download: DownloadFixture.configuration()))
+        let id = try await queue.add(files[0].0, destination: .directory(fixture.directory.url))
+        #expect(await gate.waitUntilHeld(count: 1, timeout: Waiting.deadline), "\(gate)")
+        // Bytes go by until a progress event has been sent: `items` shows it though nobody subscribes.
+        let seen = Mutex(false)
+        async let trickled = trickle(gate, bodyLength: Int64(length)) { seen.withLock { $0 } }
+        let deadline = ContinuousClock.now + Waiting.deadline
+        while ContinuousClock.now < deadline, !seen.withLock({ $0 }) {
+            if let item = await queue.items.first, item.bytesOnDisk > 0 {
+                seen.withLock { $0 = true }
+            } else {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        #expect(try await trickled)
+        let events = await queue.events()
+        let received = Mutex<[DownloadEvent]>([])
+        let collector = Task {
+            for await event in events {
+                if case .download(id, let event) = event { received.withLock { $0.append(event) } }
+            }
+        }
+        defer { collector.cancel() }
+        gate.open()
+        #expect(await queue.waitUntilIdle().finished == 1)
+        // The download's own `finished` may reach the subscriber after the queue's: wait for it.
+        let finished = try await waitUntil {
+            received.withLock { $0.contains { if case .finished = $0 { true } else { false } } }
+        }
+        #expect(finished, "\(received.withLock { $0 })")
+        #expect(try fixture.contents(of: fixture.directory.url.appendingPathComponent("file-0.bin")) == files[0].1)
+    }
+
     @Test("Paused mid-transfer into the store, restored by a new queue: each file resumes with a validated range")
     func pauseRestoreResume() async throws {
         let fixture = try DownloadFixture()
