@@ -105,9 +105,20 @@ public struct DownloadResult: Hashable, Sendable {
     }
 
     static func mimeType(_ contentType: String) -> String? {
-        let type =
-            contentType.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first
-            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        let first = contentType.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        let type: String
+        if first.utf8.allSatisfy({ $0 < 0x80 }) {
+            // ASCII (every real media type): spaces and tabs (`.whitespaces` in ASCII) trimmed without Foundation's
+            // character sets, which cost more than the rest of a small file's finish.
+            let bytes = Array(first.utf8)
+            var lower = 0
+            var upper = bytes.count
+            while lower < upper, bytes[lower] == 0x20 || bytes[lower] == 0x09 { lower += 1 }
+            while upper > lower, bytes[upper - 1] == 0x20 || bytes[upper - 1] == 0x09 { upper -= 1 }
+            type = String(decoding: bytes[lower..<upper], as: UTF8.self).lowercased()
+        } else {
+            type = first.trimmingCharacters(in: .whitespaces).lowercased()
+        }
         let parts = type.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count == 2, parts.allSatisfy({ !$0.isEmpty && HTTPFieldSyntax.isValidName(String($0)) }) else {
             return nil

@@ -32,6 +32,8 @@ final class DownloadEngine: Sendable {
         var writebackStart: Int64 = 0
         /// Set when the run loop ended: late transport callbacks are refused.
         var ended = false
+        /// Set by ``conclude(_:)``, which a complete download runs right after finishing, on the same thread.
+        var concluded = false
         /// The token the task ended with, once flushed.
         var finalToken: ResumeToken?
         /// Whether bytes on disk were dropped and the download started again from byte 0.
@@ -103,8 +105,10 @@ final class DownloadEngine: Sendable {
     /// something to resume; otherwise the temporary file is removed.
     func run() async -> Result<DownloadResult, ResumableError> {
         let result = await loopUntilDeadline()
-        // Flushing, the last checkpoints and waiting for the writeback block on the disk: not on the pool.
-        let concluded = await Self.offThePool { self.conclude(result) }
+        // Flushing, the last checkpoints and waiting for the writeback block on the disk: not on the pool. A
+        // complete download was concluded already, on the thread that finished it.
+        let concluded =
+            state.withLock({ $0.concluded }) ? result : await Self.offThePool { self.conclude(result) }
         events.finish()
         return concluded
     }
@@ -125,7 +129,10 @@ final class DownloadEngine: Sendable {
     /// file. Blocks on the disk.
     private func conclude(_ result: Result<DownloadResult, ResumableError>) -> Result<DownloadResult, ResumableError> {
         var result = result
-        let (file, hasher) = state.withLock { ($0.file, $0.hasher) }
+        let (file, hasher) = state.withLock { state in
+            state.concluded = true
+            return (state.file, state.hasher)
+        }
         // The hasher reads the file: it stops before the file is released.
         hasher?.cancel()
         switch result {
@@ -241,7 +248,8 @@ final class DownloadEngine: Sendable {
             }
             switch outcome {
             case .finished:
-                return await Self.offThePool { self.finish() }
+                // Finished and concluded on one thread: one hop off the pool, not two.
+                return await Self.offThePool { self.conclude(self.finish()) }
             case .requestAgain:
                 continue
             case .fail(let error):
