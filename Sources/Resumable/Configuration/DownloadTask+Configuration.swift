@@ -145,6 +145,10 @@ extension DownloadTask {
         /// Called once when the task ended with nothing to resume (its temporary file was removed), with that
         /// file's path.
         var abandoned: (@Sendable (String) -> Void)?
+        /// Takes a token that covers no byte (the one handed over when a response is accepted) without disk work,
+        /// on the caller's thread, and returns true; false: hand it to ``handler`` as usual. For an owner that
+        /// keeps such a token in memory only (a queue's ``TaskStore``): no hop to the checkpoint queue for it.
+        var keepsInMemory: (@Sendable (ResumeToken) -> Bool)?
 
         /// Calls `handler` with a fresh token as described on ``handler``.
         public init(interval: Duration = .seconds(1), handler: @escaping @Sendable (ResumeToken) throws -> Void) {

@@ -56,6 +56,18 @@ final class CheckpointWriter: Sendable {
     /// Flushes `file` off the caller's thread, then hands `token` to the handler.
     func schedule(_ token: ResumeToken, file: PartialFile) {
         guard let checkpointing else { return }
+        // A token that covers no byte, which the handler's owner keeps in memory: taken here, without a flush or a
+        // hop to the queue. Only while no checkpoint is in flight, so it never overtakes an earlier token.
+        if token.offset == 0, token.completedRanges.isEmpty, let keepsInMemory = checkpointing.keepsInMemory {
+            let taken = state.withLock { state -> Bool in
+                guard !state.inFlight else { return false }
+                state.lastScheduledAt = .now
+                // Dropped, as the queue would drop it.
+                guard !state.ended, state.failure == nil, state.currentPath == token.tempPath else { return true }
+                return keepsInMemory(token)
+            }
+            if taken { return }
+        }
         state.withLock {
             $0.inFlight = true
             $0.lastScheduledAt = .now

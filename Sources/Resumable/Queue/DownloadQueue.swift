@@ -537,6 +537,7 @@ public actor DownloadQueue {
                 try store.checkpoint(id, token: token)
             }
             checkpointing.finished = { _ in store.remove(id) }
+            checkpointing.keepsInMemory = { token in store.checkpointInMemory(id, token: token) }
             download.checkpointing = checkpointing
         }
         // The record says "running" before anything runs: a download the store cannot track does not start.

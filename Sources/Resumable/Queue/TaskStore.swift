@@ -205,29 +205,45 @@ public final class TaskStore: Sendable {
     func checkpoint(_ id: DownloadQueue.TaskID, token: ResumeToken, now: Date = Date()) throws {
         try stripe(id).lock.withLock { (_) throws(ResumableError) in
             let record = state.withLock { state -> TaskRecord? in
-                guard state.acceptingCheckpoints.contains(id), var record = state.records[id] else { return nil }
-                record.bytesPerSecond = nil
-                if let previous = record.token, let since = record.checkpointedAt, previous.tempPath == token.tempPath {
-                    let seconds = now.timeIntervalSince(since)
-                    let bytes = Double(max(token.offset - previous.offset, 0))
-                    if seconds > 0, seconds.isFinite {
-                        record.bytesPerSecond = Int64(min(bytes / seconds, Double(TaskRecord.maximumOrder)))
-                    }
-                }
-                record.checkpointedAt = now
-                record.token = token
-                state.records[id] = record
-                if token.offset == 0, token.completedRanges.isEmpty, let written = state.written[id],
-                    written.token == nil
-                {
-                    return nil
-                }
-                return record
+                Self.apply(token, of: id, at: now, to: &state, writing: true).toWrite
             }
             guard let record else { return }
             try write(record)
             state.withLock { $0.written[id] = record }
         }
+    }
+
+    /// ``checkpoint(_:token:now:)`` for a checkpoint that writes nothing (a token that covers no byte over a
+    /// record without one, or a download no longer running): done in memory, and true. False when the checkpoint
+    /// would write the record: nothing is changed, the caller hands the token to ``checkpoint(_:token:now:)``.
+    func checkpointInMemory(_ id: DownloadQueue.TaskID, token: ResumeToken, now: Date = Date()) -> Bool {
+        stripe(id).lock.withLock { _ in
+            state.withLock { state in Self.apply(token, of: id, at: now, to: &state, writing: false).done }
+        }
+    }
+
+    /// The in-memory part of a checkpoint. `done`: the checkpoint is complete (dropped, or kept in memory only);
+    /// otherwise `toWrite` is the record to write, or nil when `writing` is false (then nothing changed).
+    private static func apply(
+        _ token: ResumeToken, of id: DownloadQueue.TaskID, at now: Date, to state: inout State, writing: Bool
+    ) -> (done: Bool, toWrite: TaskRecord?) {
+        guard state.acceptingCheckpoints.contains(id), var record = state.records[id] else { return (true, nil) }
+        let inMemoryOnly =
+            token.offset == 0 && token.completedRanges.isEmpty && state.written[id] != nil
+            && state.written[id]?.token == nil
+        guard inMemoryOnly || writing else { return (false, nil) }
+        record.bytesPerSecond = nil
+        if let previous = record.token, let since = record.checkpointedAt, previous.tempPath == token.tempPath {
+            let seconds = now.timeIntervalSince(since)
+            let bytes = Double(max(token.offset - previous.offset, 0))
+            if seconds > 0, seconds.isFinite {
+                record.bytesPerSecond = Int64(min(bytes / seconds, Double(TaskRecord.maximumOrder)))
+            }
+        }
+        record.checkpointedAt = now
+        record.token = token
+        state.records[id] = record
+        return inMemoryOnly ? (true, nil) : (false, record)
     }
 
     /// Removes the record of a download that finished or was cancelled; later checkpoints are ignored.
