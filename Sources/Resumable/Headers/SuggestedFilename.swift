@@ -56,7 +56,11 @@ enum SuggestedFilename {
         }
         let path = url.path(percentEncoded: true)
         if let component = path.split(separator: "/", omittingEmptySubsequences: false).last, !component.isEmpty {
-            candidates.append(component.removingPercentEncoding ?? String(component))
+            // Without a `%` there is nothing to decode (Foundation's decoding goes through CFString: a large part of
+            // a small download's start).
+            candidates.append(
+                component.utf8.contains(UInt8(ascii: "%"))
+                    ? component.removingPercentEncoding ?? String(component) : String(component))
         }
         if let host = url.host(percentEncoded: false) {
             candidates.append(host)
