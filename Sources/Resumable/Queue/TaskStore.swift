@@ -170,7 +170,7 @@ public final class TaskStore: Sendable {
     ) throws(ResumableError) {
         var record = record
         try stripe(record.id).lock.withLock { (_) throws(ResumableError) in
-            let unchanged = state.withLock { state in
+            let (unchanged, new) = state.withLock { state in
                 if keepingCheckpoint, let current = state.records[record.id], let token = current.token {
                     record.token = token
                     record.checkpointedAt = current.checkpointedAt
@@ -185,11 +185,11 @@ public final class TaskStore: Sendable {
                 } else {
                     state.acceptingCheckpoints.remove(record.id)
                 }
-                return unchanged
+                return (unchanged, state.written[record.id] == nil)
             }
             // The same record is already on disk (a queued download starting): no write, no fsync.
             guard !unchanged else { return }
-            try write(record, flushingDirectory: flushingDirectory)
+            try write(record, creating: new, flushingDirectory: flushingDirectory)
             state.withLock { $0.written[record.id] = record }
         }
     }
@@ -268,7 +268,10 @@ public final class TaskStore: Sendable {
         fsync(tasksDescriptor)
     }
 
-    private func write(_ record: TaskRecord, flushingDirectory: Bool = true) throws(ResumableError) {
+    /// `creating`: the store wrote or read no record of this download, so none is on disk (a new one is 0600).
+    private func write(
+        _ record: TaskRecord, creating: Bool = false, flushingDirectory: Bool = true
+    ) throws(ResumableError) {
         let data: Data
         do {
             data = try record.encodedJSON()
@@ -277,7 +280,8 @@ public final class TaskStore: Sendable {
         }
         let name = "\(record.id).json"
         try AtomicFile.write(
-            data, name: name, in: tasksDescriptor, path: (tasksPath as NSString).appendingPathComponent(name))
+            data, name: name, in: tasksDescriptor, path: (tasksPath as NSString).appendingPathComponent(name),
+            creating: creating)
         // Best effort, like every directory flush (DurableSteps.flushDirectory).
         if flushingDirectory { fsync(tasksDescriptor) }
     }

@@ -120,7 +120,10 @@ enum AtomicFile {
     /// Writes `data` over the file `name` of the directory open as `directory` (`AT_FDCWD`: `name` is a path),
     /// without flushing the directory: the caller flushes it, once for several files when it may. `path` is
     /// the file's full path, for messages. Until the directory is flushed, a crash may leave the old file.
-    static func write(_ data: Data, name: String, in directory: Int32, path: String) throws(ResumableError) {
+    /// `creating`: the caller knows no file is at `name` (its mode, 0600, is not looked up).
+    static func write(
+        _ data: Data, name: String, in directory: Int32, path: String, creating: Bool = false
+    ) throws(ResumableError) {
         // One fixed sibling name: a writer killed half way leaves it behind, and the next write replaces it.
         let sibling = name + ".writing"
         let siblingPath = path + ".writing"
@@ -128,7 +131,7 @@ enum AtomicFile {
         // another mode, or a hard link to another file, is never reused or truncated): created exclusively, and
         // one left behind is unlinked first. Another process writing the same token may create it in between: a
         // few tries, then report it.
-        let mode = mode_t(permissions(replacing: name, in: directory))
+        let mode = mode_t(creating ? 0o600 : permissions(replacing: name, in: directory))
         var descriptor: Int32 = -1
         var code: Int32 = 0
         for _ in 0..<4 {
