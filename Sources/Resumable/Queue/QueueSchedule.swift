@@ -43,6 +43,10 @@ struct QueueSchedule: Sendable {
     private(set) var isSuspended = false
     private var entries: [DownloadQueue.TaskID: Entry] = [:]
     private var nextOrder: Int64 = 0
+    /// The running and pausing downloads and their hosts, and how many per host: kept as they change, so that
+    /// neither counting them nor a start that finds no free slot (every add to a full queue) passes over every entry.
+    private var active: [DownloadQueue.TaskID: String] = [:]
+    private var activePerHost: [String: Int] = [:]
 
     init(limits: Limits) {
         self.limits = Self.valid(limits)
@@ -71,7 +75,7 @@ struct QueueSchedule: Sendable {
     var hasUnpaused: Bool { entries.values.contains { $0.phase != .paused } }
 
     /// How many run (pausing ones included: their connections are still open).
-    var runningCount: Int { entries.values.count { $0.phase == .running || $0.phase == .pausing } }
+    var runningCount: Int { active.count }
 
     // MARK: - Changes
 
@@ -114,6 +118,7 @@ struct QueueSchedule: Sendable {
     /// Removes a download; a running one is stopped by the owner.
     mutating func cancel(_ id: DownloadQueue.TaskID) -> [Action] {
         guard let entry = entries.removeValue(forKey: id) else { return [] }
+        leaveActive(id)
         let stop: [Action] = entry.phase == .running || entry.phase == .pausing ? [.cancel(id)] : []
         return stop + fill()
     }
@@ -122,6 +127,7 @@ struct QueueSchedule: Sendable {
     /// asked to, or it failed in a way that can be resumed later); otherwise it leaves the schedule.
     mutating func ended(_ id: DownloadQueue.TaskID, paused: Bool) -> [Action] {
         guard entries[id] != nil else { return fill() }
+        leaveActive(id)
         if paused {
             entries[id]?.phase = .paused
         } else {
@@ -176,14 +182,9 @@ struct QueueSchedule: Sendable {
     /// back the ones behind it on other hosts. Each free slot costs one pass over the entries, without sorting:
     /// a queue of 10,000 that starts one download when one ends stays linear.
     private mutating func fill() -> [Action] {
-        var running = runningCount
-        guard !isSuspended, running < limits.concurrent else { return [] }
-        var perHost: [String: Int] = [:]
-        for entry in entries.values where entry.phase == .running || entry.phase == .pausing {
-            perHost[entry.host, default: 0] += 1
-        }
+        guard !isSuspended, active.count < limits.concurrent else { return [] }
         var actions: [Action] = []
-        while running < limits.concurrent {
+        while active.count < limits.concurrent {
             var best: (id: DownloadQueue.TaskID, entry: Entry)?
             for (id, entry) in entries where entry.phase == .waiting {
                 if let current = best?.entry,
@@ -194,15 +195,22 @@ struct QueueSchedule: Sendable {
                 }
                 // The host's count (a hash of its name) only for an entry that would be the best so far: a few per
                 // pass, not one per waiting entry.
-                guard perHost[entry.host, default: 0] < limits.perHost else { continue }
+                guard activePerHost[entry.host, default: 0] < limits.perHost else { continue }
                 best = (id, entry)
             }
             guard let (id, entry) = best else { break }
             entries[id]?.phase = .running
-            perHost[entry.host, default: 0] += 1
-            running += 1
+            active[id] = entry.host
+            activePerHost[entry.host, default: 0] += 1
             actions.append(.start(id))
         }
         return actions
+    }
+
+    /// `id` is no longer running or pausing.
+    private mutating func leaveActive(_ id: DownloadQueue.TaskID) {
+        guard let host = active.removeValue(forKey: id) else { return }
+        let left = (activePerHost[host] ?? 1) - 1
+        activePerHost[host] = left > 0 ? left : nil
     }
 }
