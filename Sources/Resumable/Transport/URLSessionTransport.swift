@@ -46,6 +46,17 @@ final class URLSessionTransport: TransportSession {
 
     private let router = TaskRouter()
     private let state = Mutex(State())
+    /// Set at once by ``close()``; the rest of closing runs on ``calls``.
+    private let closing = Atomic<Bool>(false)
+    /// Where this transport calls URLSession: making, resuming and cancelling tasks, invalidating the session.
+    ///
+    /// Those calls wait (`DispatchQueue.sync`) for a work queue that FoundationNetworking's sessions share, which a
+    /// fast transfer's socket events or a held delegate callback can keep busy for seconds. Made on Swift
+    /// concurrency's cooperative pool (where requests start, end and are cancelled), they blocked its threads, one per
+    /// core, and with them every task of the process: a test process stalled for minutes. A serial queue of the
+    /// transport's own runs them on a thread of libdispatch's overcommit pool instead, in the order they were asked
+    /// for; nothing on the pool waits for them.
+    private let calls = DispatchQueue(label: "Resumable URLSession calls")
     #if canImport(FoundationNetworking)
         /// The session's delegate queue, which bounds what waits for the consumer.
         private let deliveryQueue: URLSessionDeliveryQueue
@@ -81,7 +92,17 @@ final class URLSessionTransport: TransportSession {
     }
 
     deinit {
-        close()
+        // Nothing else holds the transport, so no block on `calls` is pending (each holds it): the session is taken
+        // here, and only what outlives the transport goes to `calls`.
+        #if canImport(FoundationNetworking)
+            deliveryQueue.release()
+        #endif
+        let session = takeSession()
+        let router = router
+        calls.async {
+            session?.invalidateAndCancel()
+            router.abandonAll()
+        }
     }
 
     func execute(_ request: TransportRequest, consumer: some ResponseConsumer) async throws(ResumableError) {
@@ -97,16 +118,25 @@ final class URLSessionTransport: TransportSession {
             urlRequest.addValue(header.value, forHTTPHeaderField: header.name)
         }
 
-        let handler = StreamingHandler(consumer: consumer, failureContext: TransportFailure.Context(request))
-        // Made and registered under the lock, so `close()` cannot invalidate the session in between (making a
-        // task in an invalidated session traps).
-        let made: URLSessionDataTask? = state.withLock { state in
-            guard !state.closed else { return nil }
-            let session = state.session ?? Self.makeSession(timeout: seconds, delegate: router, queue: delegateQueue)
-            state.session = session
-            let task = session.dataTask(with: urlRequest)
-            router.register(handler, for: task)
-            return task
+        let handler = StreamingHandler(
+            consumer: consumer, failureContext: TransportFailure.Context(request), calls: calls)
+        // Made and registered on `calls`, where `close()` invalidates the session: never in between (making a task in
+        // an invalidated session traps).
+        guard !closing.load(ordering: .acquiring) else { throw TransportSessionClosed.error }
+        let urlRequestToSend = urlRequest
+        let made: URLSessionDataTask? = await withCheckedContinuation { continuation in
+            calls.async { [self] in
+                let task = state.withLock { state -> URLSessionDataTask? in
+                    guard !state.closed else { return nil }
+                    let session =
+                        state.session ?? Self.makeSession(timeout: seconds, delegate: router, queue: delegateQueue)
+                    state.session = session
+                    let task = session.dataTask(with: urlRequestToSend)
+                    router.register(handler, for: task)
+                    return task
+                }
+                continuation.resume(returning: task)
+            }
         }
         guard let task = made else { throw TransportSessionClosed.error }
         defer { router.remove(task) }
@@ -124,18 +154,28 @@ final class URLSessionTransport: TransportSession {
     }
 
     /// Invalidates the session, cancelling a request still running; later requests fail.
+    ///
+    /// Returns at once: requests asked for from now on fail, and the invalidation and the end of the requests still
+    /// running follow on ``calls`` (see there: they must not block the caller, often Swift concurrency's pool).
     func close() {
+        guard !closing.exchange(true, ordering: .acquiringAndReleasing) else { return }
         #if canImport(FoundationNetworking)
-            // First, so that the invalidation below never waits for a work queue suspended by a full delivery queue.
+            // First, so that the invalidation never waits for a work queue suspended by a full delivery queue.
             deliveryQueue.release()
         #endif
-        let session = state.withLock { state in
+        calls.async { [self] in
+            takeSession()?.invalidateAndCancel()
+            router.abandonAll()
+        }
+    }
+
+    /// Marks the transport closed and takes its session, if it made one.
+    private func takeSession() -> URLSession? {
+        state.withLock { state in
             state.closed = true
             defer { state.session = nil }
             return state.session
         }
-        session?.invalidateAndCancel()
-        router.abandonAll()
     }
 
     private static func makeSession(timeout: TimeInterval, delegate: TaskRouter, queue: OperationQueue?) -> URLSession {
@@ -253,9 +293,13 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
     /// What an error message names; see ``TransportFailure``.
     private let failureContext: TransportFailure.Context
 
-    init(consumer: Consumer, failureContext: TransportFailure.Context) {
+    /// The transport's queue for URLSession calls (see ``URLSessionTransport``): resuming and cancelling the task.
+    private let calls: DispatchQueue
+
+    init(consumer: Consumer, failureContext: TransportFailure.Context, calls: DispatchQueue) {
         self.consumer = consumer
         self.failureContext = failureContext
+        self.calls = calls
     }
 
     func start(_ task: URLSessionDataTask, continuation: CheckedContinuation<Result<Void, ResumableError>, Never>) {
@@ -270,7 +314,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         } else if cancelled {
             finish(.failure(ResumableError(.cancelled, "the request was cancelled")))
         } else {
-            task.resume()
+            calls.async { task.resume() }
         }
     }
 
@@ -279,9 +323,10 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             state.cancelled = true
             return state.task
         }
-        task?.cancel()
+        if let task { calls.async { task.cancel() } }
     }
 
+    /// Called on the transport's `calls` queue (``URLSessionTransport/close()``).
     func abandon() {
         let task = state.withLock { state in
             state.cancelled = true
@@ -412,6 +457,6 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             state.cancelled = true
             return state.task
         }
-        task?.cancel()
+        if let task { calls.async { task.cancel() } }
     }
 }

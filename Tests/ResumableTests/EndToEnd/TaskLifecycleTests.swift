@@ -65,7 +65,10 @@ struct TaskLifecycleTests {
         // The gate is never opened: only the deadline can end this download.
         let gate = fixture.serveHeld(.bytes(content), after: Self.held)
         var configuration = DownloadFixture.configuration()
-        configuration.deadline = .milliseconds(500)
+        // Long enough for the held bytes to be on disk first, also when FoundationNetworking's work queue, which all
+        // its sessions share, is busy with other tests' transfers: 0.5 s and 3 s were not, once URLSession calls no
+        // longer blocked Swift concurrency's pool (and with it the deadline's own timer).
+        configuration.deadline = .seconds(10)
         let retries = Counter()
         configuration.eventHandler = { event in
             if case .retrying = event { retries.increment() }
