@@ -227,10 +227,12 @@ public actor DownloadQueue {
     // MARK: - Adding and restoring
 
     /// Adds a download behind the others of its priority; it starts when its turn comes (or waits, `paused`).
+    /// A priority beyond ±2^53 counts as ±2^53 (what a task record holds exactly).
     ///
     /// - Throws: ``ResumableError/Code/invalidRequest`` for a URL that is not http(s), an invalid
-    ///   `expectedSHA256`, or (with a store) a URL with a user name or password, which a store never keeps;
-    ///   ``ResumableError/Code/fileSystem`` when the store cannot write the record.
+    ///   `expectedSHA256`, a destination path of 4,096 characters or more, or (with a store) a URL with a user name
+    ///   or password, which a store never keeps; ``ResumableError/Code/fileSystem`` when the store cannot write the
+    ///   record.
     @discardableResult
     public func add(
         _ url: URL,
@@ -305,7 +307,8 @@ public actor DownloadQueue {
         _ addition: Addition, flushingDirectory: Bool
     ) throws(ResumableError) -> (TaskID, [QueueSchedule.Action]) {
         let (url, destination, priority, expectedSHA256, paused) = (
-            addition.url, addition.destination, addition.priority, addition.expectedSHA256, addition.paused
+            addition.url, addition.destination, Self.storable(addition.priority), addition.expectedSHA256,
+            addition.paused
         )
         guard HTTPURL.isSupported(url) else {
             throw ResumableError(.invalidRequest, "not an http or https URL: \(HTTPURL.removingUserInfo(url))")
@@ -321,6 +324,10 @@ public actor DownloadQueue {
                 throw ResumableError(.invalidRequest, "expectedSHA256 must be 64 hexadecimal digits")
             }
             digest = normalized
+        }
+        // What a task record can hold and read back: a path under the system's limit.
+        guard destination.tokenValue.count < 4096 else {
+            throw ResumableError(.invalidRequest, "the destination path is longer than 4,095 characters")
         }
         let id = TaskID()
         let entry = Entry(url: url, destination: destination, priority: priority, expectedSHA256: digest)
@@ -439,10 +446,17 @@ public actor DownloadQueue {
     /// Changes a download's priority (higher runs first); it goes behind the others of that priority.
     public func setPriority(_ id: TaskID, _ priority: Int) {
         guard entries[id] != nil else { return }
+        let priority = Self.storable(priority)
         entries[id]?.priority = priority
         let actions = schedule.setPriority(id, priority)
         try? persist(id, state: nil, running: nil)
         perform(actions)
+    }
+
+    /// `priority` within ±2^53, what a task record holds exactly (``TaskRecord/maximumOrder``): a larger one was
+    /// written, then refused when the store was read back, and the download was not restored.
+    private static func storable(_ priority: Int) -> Int {
+        Int(clamping: min(max(Int64(priority), -TaskRecord.maximumOrder), TaskRecord.maximumOrder))
     }
 
     /// Moves a download to the front of its priority.

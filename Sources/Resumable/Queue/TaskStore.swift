@@ -54,6 +54,9 @@ public final class TaskStore: Sendable {
     /// `tasks/`, open while the store is: records are written, renamed and removed relative to it, and it is
     /// flushed through it, without looking the path up again for every step.
     private let tasksDescriptor: Int32
+    /// `tasks/` opened again because another directory took its place (renamed, replaced) while the store was open;
+    /// the last one is current. Older descriptors stay open until the store closes: a step may be using one.
+    private let reopenedTasks = Mutex<[Int32]>([])
 
     /// Opens the store in `directory`, creating it (mode `0700`) when it does not exist.
     ///
@@ -104,7 +107,30 @@ public final class TaskStore: Sendable {
 
     deinit {
         close(tasksDescriptor)
+        for descriptor in reopenedTasks.withLock({ $0 }) { close(descriptor) }
         close(lockDescriptor)
+    }
+
+    /// The descriptor of the directory at `tasks/` now. The one held is checked against the path (device and inode)
+    /// before each record is written or removed: records written relative to a `tasks/` that was moved away would
+    /// be on disk where no restore looks, and the downloads lost. A directory in its place is checked as the store's
+    /// directories are when it opens, then opened.
+    private func currentTasks() throws(ResumableError) -> Int32 {
+        let held = reopenedTasks.withLock { $0.last } ?? tasksDescriptor
+        var atPath = stat()
+        var opened = stat()
+        if lstat(tasksPath, &atPath) == 0, fstat(held, &opened) == 0, atPath.st_dev == opened.st_dev,
+            atPath.st_ino == opened.st_ino
+        {
+            return held
+        }
+        try Self.checkTrusted(tasksPath)
+        let descriptor = open(tasksPath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw .fileSystem("opening the task store directory", path: tasksPath, errno: errno)
+        }
+        reopenedTasks.withLock { $0.append(descriptor) }
+        return descriptor
     }
 
     private static func checkTrusted(_ path: String) throws(ResumableError) {
@@ -256,16 +282,16 @@ public final class TaskStore: Sendable {
                 state.acceptingCheckpoints.remove(id)
                 return state.written.removeValue(forKey: id) != nil
             }
-            if onDisk, unlinkat(tasksDescriptor, "\(id).json", 0) == 0 {
+            if onDisk, let tasks = try? currentTasks(), unlinkat(tasks, "\(id).json", 0) == 0 {
                 DurableSteps.record(.unlink, recordPath(id))
-                fsync(tasksDescriptor)
+                fsync(tasks)
             }
         }
     }
 
     /// Flushes `tasks/`: the records written with `flushingDirectory` false are on disk after this returns.
     func flushDirectory() {
-        fsync(tasksDescriptor)
+        if let tasks = try? currentTasks() { fsync(tasks) }
     }
 
     /// `creating`: the store wrote or read no record of this download, so none is on disk (a new one is 0600).
@@ -279,11 +305,11 @@ public final class TaskStore: Sendable {
             throw ResumableError(.invalidRequest, "the task record of \(record.id) cannot be encoded: \(error)")
         }
         let name = "\(record.id).json"
+        let tasks = try currentTasks()
         try AtomicFile.write(
-            data, name: name, in: tasksDescriptor, path: (tasksPath as NSString).appendingPathComponent(name),
-            creating: creating)
+            data, name: name, in: tasks, path: (tasksPath as NSString).appendingPathComponent(name), creating: creating)
         // Best effort, like every directory flush (DurableSteps.flushDirectory).
-        if flushingDirectory { fsync(tasksDescriptor) }
+        if flushingDirectory { fsync(tasks) }
     }
 
     // MARK: - Reading

@@ -46,8 +46,8 @@ final class URLSessionTransport: TransportSession {
 
     private let router = TaskRouter()
     private let state = Mutex(State())
-    /// Set at once by ``close()``; the rest of closing runs on ``calls``.
-    private let closing = Atomic<Bool>(false)
+    /// Set at once by ``close()`` (and `deinit`); the rest of closing runs on ``calls``.
+    private let closing = SessionClosing()
     /// Where this transport calls URLSession: making, resuming and cancelling tasks, invalidating the session.
     ///
     /// Those calls wait (`DispatchQueue.sync`) for a work queue that FoundationNetworking's sessions share, which a
@@ -94,6 +94,7 @@ final class URLSessionTransport: TransportSession {
     deinit {
         // Nothing else holds the transport, so no block on `calls` is pending (each holds it): the session is taken
         // here, and only what outlives the transport goes to `calls`.
+        closing.set()
         #if canImport(FoundationNetworking)
             deliveryQueue.release()
         #endif
@@ -119,10 +120,10 @@ final class URLSessionTransport: TransportSession {
         }
 
         let handler = StreamingHandler(
-            consumer: consumer, failureContext: TransportFailure.Context(request), calls: calls)
+            consumer: consumer, failureContext: TransportFailure.Context(request), calls: calls, closing: closing)
         // Made and registered on `calls`, where `close()` invalidates the session: never in between (making a task in
         // an invalidated session traps).
-        guard !closing.load(ordering: .acquiring) else { throw TransportSessionClosed.error }
+        guard !closing.isSet else { throw TransportSessionClosed.error }
         let urlRequestToSend = urlRequest
         let made: URLSessionDataTask? = await withCheckedContinuation { continuation in
             calls.async { [self] in
@@ -158,7 +159,7 @@ final class URLSessionTransport: TransportSession {
     /// Returns at once: requests asked for from now on fail, and the invalidation and the end of the requests still
     /// running follow on ``calls`` (see there: they must not block the caller, often Swift concurrency's pool).
     func close() {
-        guard !closing.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard closing.set() else { return }
         #if canImport(FoundationNetworking)
             // First, so that the invalidation never waits for a work queue suspended by a full delivery queue.
             deliveryQueue.release()
@@ -295,11 +296,27 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
 
     /// The transport's queue for URLSession calls (see ``URLSessionTransport``): resuming and cancelling the task.
     private let calls: DispatchQueue
+    /// Whether the transport is closing: its session is, or is about to be, invalidated on `calls`.
+    private let closing: SessionClosing
 
-    init(consumer: Consumer, failureContext: TransportFailure.Context, calls: DispatchQueue) {
+    init(
+        consumer: Consumer, failureContext: TransportFailure.Context, calls: DispatchQueue, closing: SessionClosing
+    ) {
         self.consumer = consumer
         self.failureContext = failureContext
         self.calls = calls
+        self.closing = closing
+    }
+
+    /// Runs `body` on `calls` unless the transport is closing. A task of an invalidated session must not be touched
+    /// (FoundationNetworking traps: "a task that is not in the registry"), and the invalidation cancels every task
+    /// anyway. Checked on `calls`, where the invalidation runs: one asked for after this check runs after `body`.
+    private func whileOpen(_ body: @escaping @Sendable () -> Void) {
+        let closing = closing
+        calls.async {
+            guard !closing.isSet else { return }
+            body()
+        }
     }
 
     func start(_ task: URLSessionDataTask, continuation: CheckedContinuation<Result<Void, ResumableError>, Never>) {
@@ -314,7 +331,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         } else if cancelled {
             finish(.failure(ResumableError(.cancelled, "the request was cancelled")))
         } else {
-            calls.async { task.resume() }
+            whileOpen { task.resume() }
         }
     }
 
@@ -323,16 +340,16 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             state.cancelled = true
             return state.task
         }
-        if let task { calls.async { task.cancel() } }
+        if let task { whileOpen { task.cancel() } }
     }
 
-    /// Called on the transport's `calls` queue (``URLSessionTransport/close()``).
+    /// Called on the transport's `calls` queue (``URLSessionTransport/close()``), after the session's
+    /// `invalidateAndCancel()` cancelled the task: cancelling it again would touch a task the session no longer
+    /// knows, which FoundationNetworking traps on.
     func abandon() {
-        let task = state.withLock { state in
+        state.withLock { state in
             state.cancelled = true
-            return state.task
         }
-        task?.cancel()
         delivery.withLock { $0 = true }
         finish(.failure(TransportSessionClosed.error))
     }
@@ -457,6 +474,19 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             state.cancelled = true
             return state.task
         }
-        if let task { calls.async { task.cancel() } }
+        if let task { whileOpen { task.cancel() } }
+    }
+}
+
+/// Set once when a ``URLSessionTransport`` starts closing; shared with its requests' handlers.
+final class SessionClosing: Sendable {
+    private let flag = Atomic<Bool>(false)
+
+    var isSet: Bool { flag.load(ordering: .acquiring) }
+
+    /// Sets it; returns whether this call did (it was not set before).
+    @discardableResult
+    func set() -> Bool {
+        !flag.exchange(true, ordering: .acquiringAndReleasing)
     }
 }
