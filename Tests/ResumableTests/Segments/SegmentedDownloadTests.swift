@@ -132,9 +132,9 @@ struct SegmentedDownloadTests {
         #expect(try fixture.file(result.fileURL, holds: Self.total, seed: 13))
         #expect(!result.restarted)
         #expect(stall.limit == 0, "the gate never opened")
-        // The stalled segment was asked again from its first byte, on a new request (more than once if a busy machine
-        // kept the new request from being answered within the stall timeout too).
-        let again = fixture.rangeRequests().filter { $0.rangeStart == stalled.lowerBound }
+        // The stalled segment's bytes were asked again on new requests: from its first byte, or (when connections that
+        // finished meanwhile took parts of it, as a loaded run of the URLSession transport showed once) from within it.
+        let again = fixture.rangeRequests().filter { stalled.contains($0.rangeStart ?? -1) }
         #expect(again.count >= 2, "\(fixture.ranges())")
         #expect(
             !events.all.contains { if case .retrying = $0 { return true } else { return false } },
