@@ -58,7 +58,7 @@ final class CheckpointWriter: Sendable {
         guard let checkpointing else { return }
         // A token that covers no byte, which the handler's owner keeps in memory: taken here, without a flush or a
         // hop to the queue. Only while no checkpoint is in flight, so it never overtakes an earlier token.
-        if token.offset == 0, token.completedRanges.isEmpty, let keepsInMemory = checkpointing.keepsInMemory {
+        if token.coversNoByte, let keepsInMemory = checkpointing.keepsInMemory {
             let taken = state.withLock { state -> Bool in
                 guard !state.inFlight else { return false }
                 state.lastScheduledAt = .now
@@ -78,7 +78,7 @@ final class CheckpointWriter: Sendable {
             guard current else { return }
             do throws(ResumableError) {
                 // A token that covers no byte (the one handed over when a response is accepted) needs no flush.
-                if token.offset > 0 || !token.completedRanges.isEmpty { try file.synchronize() }
+                if !token.coversNoByte { try file.synchronize() }
                 try Self.call(checkpointing.handler, token)
             } catch {
                 state.withLock { $0.failure = $0.failure ?? error }

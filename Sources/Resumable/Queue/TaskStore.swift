@@ -255,7 +255,7 @@ public final class TaskStore: Sendable {
     ) -> (done: Bool, toWrite: TaskRecord?) {
         guard state.acceptingCheckpoints.contains(id), var record = state.records[id] else { return (true, nil) }
         let inMemoryOnly =
-            token.offset == 0 && token.completedRanges.isEmpty && state.written[id] != nil
+            token.coversNoByte && state.written[id] != nil
             && state.written[id]?.token == nil
         guard inMemoryOnly || writing else { return (false, nil) }
         record.bytesPerSecond = nil

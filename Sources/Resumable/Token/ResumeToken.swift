@@ -156,3 +156,9 @@ extension Date {
         Date(timeIntervalSince1970: (timeIntervalSince1970 * 1000).rounded(.down) / 1000)
     }
 }
+
+extension ResumeToken {
+    /// Whether the token says that no byte is on disk yet (offset 0, no completed range): the one handed over when
+    /// a response is accepted. Such a token needs no flush of its file, and a crash cannot tell it from none.
+    var coversNoByte: Bool { offset == 0 && completedRanges.isEmpty }
+}
