@@ -270,7 +270,7 @@ final class DownloadEngine: Sendable {
             case .pause(let message):
                 return ResumableError(.paused, message)
             case .deadline(let limit):
-                return ResumableError(.timedOut, "the download's deadline of \(limit) passed; it stopped with a token")
+                return ResumableError(.timedOut, "the download's deadline of \(limit) passed before it finished")
             case .discard:
                 return ResumableError(.cancelled, "the download was cancelled")
             case nil:

@@ -62,26 +62,35 @@ struct TaskLifecycleTests {
     func deadline(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
         let content = testBytes(count: Int(Self.length))
-        // The gate is never opened: only the deadline can end this download.
         let gate = fixture.serveHeld(.bytes(content), after: Self.held)
+        // The held bytes are on disk before the deadline's clock starts, so what the deadline's token must cover
+        // does not depend on how fast a busy machine gets them there (a deadline from the first request did not).
+        let first = try fixture.download()
+        try await fixture.waitUntilHeld(at: gate, withOnDisk: Self.held)
+        let paused = try #require(await first.cancelProducingResumeData())
+        #expect(paused.offset == Self.held)
+        // Now every response stops right after its head, and the gate stays closed while the deadline runs: only
+        // the deadline can end the resumed download, and it can add no byte to the file.
+        let closed = fixture.serveHeld(.bytes(content), after: 0)
+
         var configuration = DownloadFixture.configuration()
-        // Long enough for the held bytes to be on disk first, also when FoundationNetworking's work queue, which all
-        // its sessions share, is busy with other tests' transfers: 0.5 s and 3 s were not, once URLSession calls no
-        // longer blocked Swift concurrency's pool (and with it the deadline's own timer).
-        configuration.deadline = .seconds(10)
+        configuration.deadline = .milliseconds(300)
         let retries = Counter()
         configuration.eventHandler = { event in
             if case .retrying = event { retries.increment() }
         }
-        let task = try fixture.download(configuration: configuration)
+        let task = try fixture.resumeThroughDisk(paused, configuration: configuration)
         let error = try #require(await failure(of: task))
         #expect(error.code == .timedOut, "\(error)")
         #expect(error.message.contains("deadline"))
         #expect(retries.value == 0)
+        // Whether the deadline passed before or after the resumed request reached the server, nothing already on
+        // disk is lost.
         let token = try #require(error.resumeToken)
         #expect(token.offset == Self.held)
+        #expect(try fixture.contents(of: URL(fileURLWithPath: token.tempPath)) == Array(content.prefix(Int(Self.held))))
 
-        gate.open()
+        closed.open()
         let result = try await fixture.resumeThroughDisk(token).value
         #expect(try fixture.contents(of: result.fileURL) == content)
     }
