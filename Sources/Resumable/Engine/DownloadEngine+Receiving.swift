@@ -115,7 +115,11 @@ extension DownloadEngine {
                 throw error
             }
             let offset = state.machine.state.offset
-            state.hasher?.advance(to: offset)
+            if let hasher = state.hasher {
+                // A copy for the hashing thread, so that it need not read these bytes back from the file.
+                hasher.keep(UnsafeRawBufferPointer(rebasing: body[0..<accepted]), at: position)
+                hasher.advance(to: offset)
+            }
             if offset - state.writebackStart >= Self.writebackChunk {
                 let (start, file) = (state.writebackStart, state.file)
                 state.writebackStart = offset

@@ -2,14 +2,22 @@ import Dispatch
 import Foundation
 import Synchronization
 
-/// The SHA-256 of a temporary file, computed while the file is being written: a thread of its own reads the file
-/// back from byte 0 (from the page cache, in chunks of 1 MiB, with `pread`) as far as its trusted prefix has grown,
-/// so that when the download ends at most about a chunk is left to hash.
+/// The SHA-256 of a temporary file, computed while the file is being written: a thread of its own hashes the file
+/// from byte 0, in chunks of 1 MiB, as far as its trusted prefix has grown, so that when the download ends at most
+/// about a chunk is left to hash.
 ///
 /// The writer calls ``advance(to:)`` after each write that extends the prefix of bytes that are final (written and
 /// never to be rewritten); that call is cheap and never blocks, so it can follow every body write. At the end,
 /// ``digest(length:)`` waits for the rest and returns the digest. ``cancel()`` (or dropping the hasher) stops the
 /// thread.
+///
+/// **Where the bytes come from.** A writer that writes the file in order also hands each piece it wrote to
+/// ``keep(_:at:)``, which copies it into one of a few chunk-sized slots; the thread hashes a full slot from memory
+/// and gives it back. Whatever no slot holds (the bytes on disk before a resume, pieces written while every slot
+/// waited for the thread, a multi-connection phase) the thread reads back from the file with `pread`, from the page
+/// cache. Into a file system in memory that read-back cost about as much CPU as the hash itself (≈ 0.4 s of system
+/// time per GiB); a copy into a slot costs a tenth of it. The writer never waits for a slot: when none is free it
+/// keeps nothing, and the file is read instead.
 ///
 /// The hasher trusts the prefix it is given: the bytes below it must not change afterwards. A file cut below the
 /// prefix (a restart from 0, a truncation to an earlier offset) needs a new hasher; cancel this one first. Stop the
@@ -25,7 +33,13 @@ final class PrefixHasher: Sendable {
         var beforeRead: (@Sendable (_ offset: Int64, _ count: Int) -> Void)?
         var threadDidEnd: (@Sendable () -> Void)?
         var digestWillWait: (@Sendable () -> Void)?
+        /// On the hashing thread, before it hashes `count` bytes at `offset` from a slot (not from the file).
+        var beforeHashingKept: (@Sendable (_ offset: Int64, _ count: Int) -> Void)?
     }
+
+    /// How many chunk-sized slots ``keep(_:at:)`` fills for the thread: enough to ride out the thread's turns off a
+    /// busy CPU (8 MiB with 1 MiB chunks), and address space only until the writer touches a slot.
+    static let defaultSlotCount = 8
 
     private let worker: Worker
 
@@ -34,10 +48,16 @@ final class PrefixHasher: Sendable {
     ///
     /// - Parameters:
     ///   - portableOnly: Hash with the portable C code even where libcrypto is at hand (tests, comparisons).
-    ///   - chunkSize: How much one read takes (1 MiB). The thread reads whole chunks, and sleeps until a whole chunk
-    ///     more is declared; only ``digest(length:)`` makes it read a shorter tail.
-    init(file: PartialFile, portableOnly: Bool = false, chunkSize: Int = 1 << 20, hooks: Hooks = Hooks()) {
-        worker = Worker(file: file, portableOnly: portableOnly, chunkSize: max(chunkSize, 1), hooks: hooks)
+    ///   - chunkSize: How much one read takes (1 MiB), and the size of a slot. The thread hashes whole chunks, and
+    ///     sleeps until a whole chunk more is declared; only ``digest(length:)`` makes it hash a shorter tail.
+    ///   - slotCount: How many slots ``keep(_:at:)`` may fill (0: every byte is read back from the file).
+    init(
+        file: PartialFile, portableOnly: Bool = false, chunkSize: Int = 1 << 20,
+        slotCount: Int = PrefixHasher.defaultSlotCount, hooks: Hooks = Hooks()
+    ) {
+        worker = Worker(
+            file: file, portableOnly: portableOnly, chunkSize: max(chunkSize, 1), slotCount: max(slotCount, 0),
+            hooks: hooks)
     }
 
     deinit {
@@ -56,6 +76,17 @@ final class PrefixHasher: Sendable {
     /// after every body write. Values below an earlier one are ignored.
     func advance(to prefix: Int64) {
         worker.advance(to: prefix)
+    }
+
+    /// Offers a copy of `bytes`, just written at `offset`, so that the thread hashes them from memory rather than
+    /// reading them back. Call it after the write succeeded and before ``advance(to:)`` declares them; only for bytes
+    /// that stay as written (the same rule as the prefix).
+    ///
+    /// Copies into the slot being filled while the pieces follow each other; a full slot goes to the thread. Never
+    /// blocks: with no slot free it keeps nothing, and the thread reads those bytes from the file. A piece that does
+    /// not follow the one before drops the partial slot (its bytes are read from the file).
+    func keep(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+        worker.keep(bytes, at: offset)
     }
 
     /// The lowercase hex SHA-256 of the first `length` bytes of the file: waits until the thread has hashed them
@@ -116,11 +147,91 @@ extension PrefixHasher {
         let outcome = Mutex<Result<String, ResumableError>?>(nil)
         let finished = DispatchSemaphore(value: 0)
 
-        init(file: PartialFile, portableOnly: Bool, chunkSize: Int, hooks: Hooks) {
+        /// The slots' memory, `slotCount` chunks. A slot is touched only by whoever holds it: the writer while it
+        /// fills it (`filling`), the thread while it hashes it (taken out of `slots.full`); free and full slots are
+        /// handed over under the `slots` lock, which also orders the copy before the hash.
+        let slotCount: Int
+        let slotMemory: SlotMemory
+        let slots: Mutex<Slots>
+        let filling = Mutex<Slot?>(nil)
+
+        init(file: PartialFile, portableOnly: Bool, chunkSize: Int, slotCount: Int, hooks: Hooks) {
             self.file = file
             self.portableOnly = portableOnly
             self.chunkSize = chunkSize
             self.hooks = hooks
+            self.slotCount = slotCount
+            self.slotMemory = SlotMemory(byteCount: slotCount * chunkSize)
+            self.slots = Mutex(Slots(free: Array((0..<slotCount).reversed())))
+        }
+
+        func keep(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+            guard slotCount > 0, !bytes.isEmpty, !cancelled.load(ordering: .relaxed) else { return }
+            filling.withLock { filling in
+                var rest = bytes
+                var position = offset
+                while let source = rest.baseAddress, !rest.isEmpty {
+                    if let current = filling, current.end != position {
+                        // Not the next piece: the partial slot's bytes are read from the file instead.
+                        slots.withLock { $0.free.append(current.index) }
+                        filling = nil
+                    }
+                    var current: Slot
+                    if let filling {
+                        current = filling
+                    } else {
+                        // None free: the thread is behind by every slot; it reads these bytes from the file.
+                        guard let index = slots.withLock({ $0.free.popLast() }) else { return }
+                        current = Slot(index: index, start: position, count: 0)
+                    }
+                    let count = min(chunkSize - current.count, rest.count)
+                    (slotMemory.base + current.index * chunkSize + current.count)
+                        .copyMemory(from: source, byteCount: count)
+                    current.count += count
+                    position += Int64(count)
+                    rest = UnsafeRawBufferPointer(rebasing: rest[count...])
+                    if current.count == chunkSize {
+                        slots.withLock { $0.full.append(current) }
+                        filling = nil
+                    } else {
+                        filling = current
+                    }
+                }
+            }
+        }
+
+        /// Hands the slot being filled to the thread: the writer is done.
+        private func publishPartialSlot() {
+            filling.withLock { filling in
+                guard let current = filling else { return }
+                filling = nil
+                slots.withLock { slots in
+                    if current.count > 0 { slots.full.append(current) } else { slots.free.append(current.index) }
+                }
+            }
+        }
+
+        /// Where the bytes at `done` are: in a slot (now the thread's), or in the file up to the next slot's start.
+        private func source(at done: Int64) -> Source {
+            slots.withLock { slots in
+                // Slots the file reads already passed are of no use any more.
+                while let first = slots.full.first, first.end <= done {
+                    slots.free.append(first.index)
+                    slots.full.removeFirst()
+                }
+                guard let first = slots.full.first else { return .file(nextKept: nil) }
+                guard first.start <= done else { return .file(nextKept: first.start) }
+                slots.full.removeFirst()
+                return .kept(first)
+            }
+        }
+
+        /// Gives back a slot the thread hashed up to `done`: to the free ones, or, when part of it is left, to the
+        /// front of the full ones.
+        private func giveBack(_ slot: Slot, hashedUpTo done: Int64) {
+            slots.withLock { slots in
+                if done < slot.end { slots.full.insert(slot, at: 0) } else { slots.free.append(slot.index) }
+            }
         }
 
         func advance(to prefix: Int64) {
@@ -158,6 +269,7 @@ extension PrefixHasher {
                     stop()
                     throw error
                 }
+                publishPartialSlot()
                 limit.store(length, ordering: .sequentiallyConsistent)
                 wanted.max(length, ordering: .sequentiallyConsistent)
                 if !start() { wakeNow() }
@@ -275,7 +387,24 @@ extension PrefixHasher {
                     }
                     return
                 case .hash(let target):
-                    let count = Int(min(Int64(chunkSize), target - done))
+                    let nextKept: Int64?
+                    switch source(at: done) {
+                    case .kept(let slot):
+                        let skip = Int(done - slot.start)
+                        let count = Int(min(Int64(slot.count - skip), target - done))
+                        hooks.beforeHashingKept?(done, count)
+                        hasher.update(
+                            UnsafeRawBufferPointer(
+                                start: slotMemory.base + slot.index * chunkSize + skip, count: count))
+                        done += Int64(count)
+                        hashed.store(done, ordering: .relaxed)
+                        giveBack(slot, hashedUpTo: done)
+                        continue
+                    case .file(let next):
+                        nextKept = next
+                    }
+                    // From the file, up to the next kept slot at most.
+                    let count = Int(min(Int64(chunkSize), target - done, (nextKept ?? .max) - done))
                     hooks.beforeRead?(done, count)
                     let read: Int
                     do throws(ResumableError) {
@@ -308,6 +437,40 @@ extension PrefixHasher {
                     }
                 }
             }
+        }
+    }
+
+    /// A slot's place in the file: `count` bytes from `start`, in slot `index`.
+    fileprivate struct Slot: Sendable {
+        var index: Int
+        var start: Int64
+        var count: Int
+        var end: Int64 { start + Int64(count) }
+    }
+
+    fileprivate struct Slots: Sendable {
+        var free: [Int]
+        /// Filled slots in the order they were written, for the thread.
+        var full: [Slot] = []
+    }
+
+    fileprivate enum Source {
+        case kept(Slot)
+        /// The file, up to `nextKept` (the start of the next slot) when there is one.
+        case file(nextKept: Int64?)
+    }
+
+    /// Memory of a fixed size, released with its owner. Who may touch which part is the owner's protocol
+    /// (``Worker``'s slots); this type only owns the allocation.
+    fileprivate final class SlotMemory: @unchecked Sendable {
+        let base: UnsafeMutableRawPointer
+
+        init(byteCount: Int) {
+            base = UnsafeMutableRawPointer.allocate(byteCount: max(byteCount, 1), alignment: 64)
+        }
+
+        deinit {
+            base.deallocate()
         }
     }
 }
