@@ -319,6 +319,9 @@ extension DownloadTask {
         var sharedSession: SharedTransportSession?
         /// The smallest segment a connection is given or takes over from another (1 MiB); tests lower it.
         var minimumSegmentLength: Int64 = 1 << 20
+        /// The most one connection is given at a time, in file order, while a digest is computed (8 MiB; never below
+        /// ``minimumSegmentLength``): see ``SegmentSchedule/Settings/pieceLength``. Tests lower it.
+        var hashingPieceLength: Int64 = 8 << 20
         /// How long a segment may receive nothing before it is asked again on a fresh connection; `nil`: the shorter
         /// of ``idleTimeout`` and 10 s. Tests lower it.
         var segmentStallTimeout: Duration?

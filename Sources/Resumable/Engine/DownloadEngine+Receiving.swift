@@ -161,8 +161,10 @@ extension DownloadEngine {
         }
         guard let (position, count) = placement else { throw Self.segmentComplete }
         try file.write(UnsafeRawBufferPointer(rebasing: body[0..<count]), at: position)
-        let (emit, checkpoint, complete) = state.withLock { state -> (Bool, (ResumeToken, PartialFile)?, Bool) in
+        let (emit, checkpoint, complete, answerIsOver) = state.withLock {
+            state -> (Bool, (ResumeToken, PartialFile)?, Bool, Bool) in
             let complete = state.segments?.wrote(connection: connection, count: count) ?? true
+            let answerIsOver = count == body.count && state.segments?.answerIsOver(connection: connection) == true
             if let hasher = state.hasher, let prefix = state.segments?.present.prefixLength {
                 hasher.advance(to: prefix)
             }
@@ -178,12 +180,14 @@ extension DownloadEngine {
                 state.machine.segmentsProgressed(present)
                 checkpoint = (state.machine.state.token(), state.file)
             }
-            return (emit, checkpoint, complete || count < body.count)
+            return (emit, checkpoint, complete || count < body.count, answerIsOver)
         }
         if emit { emitProgress() }
         if let (token, file) = checkpoint { checkpoints.schedule(token, file: file) }
         passRateLimiters(body.count, connection: connection, complete: complete)
-        if complete { throw Self.segmentComplete }
+        // A response that ends with its segment ends by itself: stopping it would close its connection, which the
+        // next segment (a piece, a stolen range) can reuse.
+        if complete && !answerIsOver { throw Self.segmentComplete }
     }
 
     /// Lets a piece of `count` body bytes, just written, pass the task's rate limiters

@@ -9,8 +9,12 @@ import Foundation
 ///   among the connections wanted, never into segments under the minimum length. Whenever several connections
 ///   start at once (a step of the automatic count too), every working connection keeps an even share of what is
 ///   left and gives up the rest to the newcomers, so that all end together.
-/// - **Work stealing.** A connection that finished takes the first range nobody fetches, else half of the
-///   largest remaining segment, whose connection stops early.
+/// - **Pieces in file order.** With ``Settings/pieceLength`` (set while a digest is computed), no connection is
+///   given more than a piece at a time: the first split caps every share at it, and a connection that finished
+///   takes the first piece nobody has or fetches. The file then fills from the front, and the contiguous prefix
+///   the hasher follows trails the newest piece by at most about one piece per connection.
+/// - **Work stealing.** A connection that finished takes the first range nobody fetches (at most a piece), else
+///   half of the largest remaining segment, whose connection stops early.
 /// - **Stalls.** A segment that received nothing for the stall timeout while the others keep receiving (and wrote
 ///   a minimum segment's worth since its last byte, or it stayed silent for twice the stall timeout), or when it
 ///   is the last one working, is stopped and asked again on a fresh connection; stalls in a row without a byte
@@ -50,6 +54,9 @@ struct SegmentSchedule: Sendable {
         /// How long a connection count is measured, at least, before the automatic count decides (and each
         /// connection must have brought ``SegmentSchedule/rampBytesPerConnection``).
         var rampWindow: Duration = .milliseconds(50)
+        /// When set, the most a connection is given at a time, in file order (see ``SegmentSchedule``); `nil`: each
+        /// connection is given an even share of the file. Never below ``minimumSegmentLength``.
+        var pieceLength: Int64?
     }
 
     private struct Connection: Sendable {
@@ -60,6 +67,11 @@ struct SegmentSchedule: Sendable {
         /// Where this connection stops: the end asked for, moved earlier when another connection took the rest.
         var end: Int64
         var accepted: Bool
+        /// Where the response's body ends, once known: its last byte ends the transfer without stopping it.
+        var answerEnd: Int64?
+        /// Opened for the next piece when a connection finished its own: for the automatic count, a connection that
+        /// goes on working, not one that still has to show its rate.
+        var continuesPiece = false
         /// Whether any body byte arrived.
         var received = false
         var lastActivity: ContinuousClock.Instant
@@ -133,7 +145,8 @@ struct SegmentSchedule: Sendable {
         let firstPresent = basis.present.ranges.first { $0.lowerBound >= basis.probe.lowerBound }?.lowerBound
         let probeEnd = min(basis.probe.upperBound, firstPresent ?? basis.probe.upperBound)
         connections[probeConnection] = Connection(
-            requested: basis.probe, next: basis.probe.lowerBound, end: probeEnd, accepted: true, lastActivity: now)
+            requested: basis.probe, next: basis.probe.lowerBound, end: probeEnd, accepted: true,
+            answerEnd: basis.probe.upperBound, lastActivity: now)
         switch settings.connections.kind {
         case .fixed(let count):
             target = max(1, min(count, DownloadTask.Connections.maximum))
@@ -178,6 +191,7 @@ struct SegmentSchedule: Sendable {
         connection.writtenAtLastActivity = bytesWritten
         if case .join(let end) = verdict {
             connection.accepted = true
+            connection.answerEnd = end
             connection.end = min(connection.end, end)
             connections[id] = connection
             return true
@@ -212,6 +226,13 @@ struct SegmentSchedule: Sendable {
         connections[id] = connection
         failuresInARow = 0
         return connection.next >= connection.end
+    }
+
+    /// Whether connection `id`'s response has no byte left after those written: its transfer ends by itself, so
+    /// there is no need to stop it (which would cost its kept-alive connection).
+    func answerIsOver(connection id: Int) -> Bool {
+        guard let connection = connections[id], let answerEnd = connection.answerEnd else { return false }
+        return connection.next >= answerEnd
     }
 
     /// The connection is alive but holds back on purpose (a rate limit makes it wait): not a stall.
@@ -272,7 +293,10 @@ struct SegmentSchedule: Sendable {
         if present.contains(0..<total) {
             return Step(actions: stopAll(), end: .complete, failure: failure)
         }
-        return Step(actions: fill(now: now), failure: failure)
+        // With pieces, the connection that finished its piece goes on with the next one: a request on the same
+        // kept-alive connection, not a newcomer for the automatic count.
+        let continuing = finished && !connection.stopped && settings.pieceLength != nil
+        return Step(actions: fill(now: now, continuing: continuing), failure: failure)
     }
 
     private static func error(of verdict: ResumeStateMachine.SegmentVerdict?) -> ResumableError? {
@@ -357,9 +381,9 @@ struct SegmentSchedule: Sendable {
             ramp = .measuring(count: target, since: now, bytesAtStart: bytesWritten, previous: nil)
         }
         guard case .measuring(let count, let since, let bytesAtStart, let previous) = ramp else { return [] }
-        let accepted = connections.values.filter { $0.accepted && !$0.stopped }.count
+        let accepted = connections.values.filter { ($0.accepted || $0.continuesPiece) && !$0.stopped }.count
         guard accepted >= count else {
-            // Measure only once every connection of this count receives.
+            // Measure only once every connection of this count receives (one between two pieces still does).
             ramp = .measuring(count: count, since: now, bytesAtStart: bytesWritten, previous: previous)
             return []
         }
@@ -417,8 +441,9 @@ struct SegmentSchedule: Sendable {
 
     // MARK: - Splitting
 
-    /// Opens connections until the target is reached or no work is left to give.
-    private mutating func fill(now: ContinuousClock.Instant) -> [Action] {
+    /// Opens connections until the target is reached or no work is left to give; with `continuing`, the first one
+    /// opened goes on from a connection that just finished its piece.
+    private mutating func fill(now: ContinuousClock.Instant, continuing: Bool = false) -> [Action] {
         var actions: [Action] = []
         var wanted = target - connections.values.filter { !$0.stopped }.count
         guard wanted > 0 else { return [] }
@@ -429,8 +454,8 @@ struct SegmentSchedule: Sendable {
             let id = nextIdentifier
             nextIdentifier += 1
             connections[id] = Connection(
-                requested: range, next: range.lowerBound, end: range.upperBound, accepted: false, lastActivity: now,
-                writtenAtLastActivity: bytesWritten)
+                requested: range, next: range.lowerBound, end: range.upperBound, accepted: false,
+                continuesPiece: continuing && actions.isEmpty, lastActivity: now, writtenAtLastActivity: bytesWritten)
             actions.append(.request(connection: id, range: range))
             wanted -= 1
         }
@@ -447,25 +472,32 @@ struct SegmentSchedule: Sendable {
     }
 
     /// Before `newcomers` connections start at once: each working connection keeps an even share of what is left
-    /// (never leaving a piece under the minimum), and gives up the rest, which nobody fetches until the newcomers
-    /// take it. Returns the share.
+    /// (never leaving a piece under the minimum), at most ``Settings/pieceLength``, and gives up the rest, which
+    /// nobody fetches until the newcomers take it. Returns the share.
     private mutating func rebalance(newcomers: Int) -> Int64 {
         let minimum = max(settings.minimumSegmentLength, 1)
         let working = connections.filter { !$0.value.stopped }
         let left = total - claimed.count + working.values.reduce(0) { $0 + max($1.end - $1.next, 0) }
-        let share = max(minimum, left / Int64(working.count + newcomers))
+        var share = max(minimum, left / Int64(working.count + newcomers))
+        if let piece = pieceLength { share = min(share, piece) }
         for (id, connection) in working where connection.end - connection.next - share >= minimum {
             connections[id]?.end = connection.next + share
         }
         return share
     }
 
+    /// The most a connection is given at a time, when pieces are on.
+    private var pieceLength: Int64? {
+        settings.pieceLength.map { max($0, settings.minimumSegmentLength, 1) }
+    }
+
     /// The next range for a new connection: the first one nobody fetches (at most `share` of it, or an even share
-    /// among the `newcomers`), else a share of the largest remaining segment.
+    /// among the `newcomers`; at most a piece), else a share of the largest remaining segment.
     private mutating func takeWork(sharingWith newcomers: Int, share: Int64? = nil) -> Range<Int64>? {
         let minimum = max(settings.minimumSegmentLength, 1)
         if let gap = claimed.gaps(in: 0..<total).first {
-            let share = share ?? max(minimum, (gap.upperBound - gap.lowerBound) / Int64(newcomers))
+            var share = share ?? max(minimum, (gap.upperBound - gap.lowerBound) / Int64(newcomers))
+            if let piece = pieceLength { share = min(share, piece) }
             let end = gap.upperBound - gap.lowerBound - share < minimum ? gap.upperBound : gap.lowerBound + share
             return gap.lowerBound..<end
         }
