@@ -449,7 +449,14 @@ struct SegmentSchedule: Sendable {
         guard wanted > 0 else { return [] }
         // Several at once (the first split, a step of the automatic count): every connection ends up with an even
         // share, so that all of them end together instead of one long segment finishing alone.
-        let share = wanted > 1 ? rebalance(newcomers: wanted) : nil
+        var share: Int64?
+        if wanted > 1 {
+            share = rebalance(newcomers: wanted)
+        } else if let piece = pieceLength {
+            // One newcomer (the first split of two connections, the next piece): nobody keeps more than a piece, so
+            // that the newcomer's is the first one nobody fetches.
+            cap(at: piece)
+        }
         while wanted > 0, let range = takeWork(sharingWith: wanted, share: share) {
             let id = nextIdentifier
             nextIdentifier += 1
@@ -480,10 +487,18 @@ struct SegmentSchedule: Sendable {
         let left = total - claimed.count + working.values.reduce(0) { $0 + max($1.end - $1.next, 0) }
         var share = max(minimum, left / Int64(working.count + newcomers))
         if let piece = pieceLength { share = min(share, piece) }
-        for (id, connection) in working where connection.end - connection.next - share >= minimum {
+        cap(at: share)
+        return share
+    }
+
+    /// Every working connection keeps at most `share` of what it has left, unless that would leave a piece under the
+    /// minimum; the rest is nobody's until a newcomer takes it.
+    private mutating func cap(at share: Int64) {
+        let minimum = max(settings.minimumSegmentLength, 1)
+        for (id, connection) in connections
+        where !connection.stopped && connection.end - connection.next - share >= minimum {
             connections[id]?.end = connection.next + share
         }
-        return share
     }
 
     /// The most a connection is given at a time, when pieces are on.

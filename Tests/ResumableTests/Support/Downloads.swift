@@ -20,8 +20,9 @@ struct DownloadFixture {
     /// transport is ``DownloadTask/Transport/automatic``).
     let transport: TransportKind
 
-    init(transport: TransportKind = .automatic) throws {
-        server = try LoopbackServer()
+    /// With `keepAlive`, the server keeps connections open between requests (its default closes each).
+    init(transport: TransportKind = .automatic, keepAlive: Bool = false) throws {
+        server = try LoopbackServer(configuration: .init(keepAlive: keepAlive))
         directory = try TemporaryDirectory()
         self.transport = transport
     }
