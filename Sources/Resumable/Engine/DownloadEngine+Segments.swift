@@ -34,11 +34,14 @@ extension DownloadEngine {
     /// piece (``DownloadTask/Configuration/hashingPieceLength``, 8 MiB) at a time: the hasher can only follow the
     /// contiguous prefix, which with even segments grows with the first segment alone, so that most of the file would
     /// be hashed after its last byte arrived. With pieces the prefix trails the newest piece by about one piece per
-    /// connection, and that is about all that is left to hash at the end (with four connections, 32 MiB: some 50 ms).
-    /// Why 8 MiB: each piece is a request of its own (on a kept-alive connection, a round trip and a head), which
-    /// costs well under a millisecond on a fast link against the ≈ 5–30 ms one piece takes to arrive even at
-    /// 1–2 GB/s per connection, while a tail of 16 connections × 8 MiB is still hashed in about a quarter of a second.
-    /// Without a hasher the file is shared evenly, as before: fewer requests, and nothing to gain from the order.
+    /// connection, and that is about all that is left to hash at the end (with four connections, 32 MiB: some 30 ms
+    /// with libcrypto). Why 8 MiB: each piece is a request of its own (on a kept-alive connection: a round trip and a
+    /// head), well under a millisecond on loopback against the ≈ 5–30 ms one piece takes to arrive there, and on a
+    /// real network a round trip against the seconds a piece takes on a capped connection; the tail of 16
+    /// connections × 8 MiB is still hashed in about a tenth of a second. Measured on 1 GiB from nginx
+    /// (`docs/performance.md`, section 3): 4, 8, 16 and 32 MiB within noise of each other, so the smaller tail wins
+    /// over fewer requests. Without a hasher the file is shared evenly, as before: fewer requests, and nothing to
+    /// gain from the order.
     var segmentSettings: SegmentSchedule.Settings {
         let hashing = state.withLock { $0.hasher != nil }
         return SegmentSchedule.Settings(

@@ -195,6 +195,41 @@ struct SegmentPieceDownloadTests {
         #expect(fixture.temporaryFiles().isEmpty)
     }
 
+    @Test(
+        "Paused while one piece is held, the token lists exactly the bytes in the file; the resume's digest is right",
+        arguments: TransportKind.all)
+    func pauseWhilePieceHeld(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport, keepAlive: true)
+        fixture.serve(.generated(length: Self.total, seed: 93))
+        var sha = PortableSHA256()
+        sha.update(testBytes(count: Int(Self.total), seed: 93))
+        let digest = sha.hexDigest()
+        // The fourth piece is held after 10,000 bytes; the other connections go on with the later pieces, and less
+        // than two minimum segments are left to steal from it.
+        let held = (3 * Self.piece)..<(4 * Self.piece)
+        let gate = BodyGate(holdingAfter: 10_000)
+        defer { gate.open() }
+        fixture.server.enqueue(behavior: Behavior(gate: gate), for: Self.path, whenRangeStartsAt: held.lowerBound)
+        let task = try fixture.download(configuration: Self.configuration(digest))
+        #expect(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
+        let hole = (held.lowerBound + 10_000)..<held.upperBound
+        let expected = testBytes(count: Int(Self.total), seed: 93)
+        let written = try await waitUntil { fixture.temporaryFileHolds(expected, except: hole) }
+        try #require(written, "every byte but the held piece's rest is written")
+        let token = try #require(await task.cancelProducingResumeData())
+        #expect(token.presentRanges == [0..<hole.lowerBound, hole.upperBound..<Self.total])
+        for range in token.presentRanges {
+            #expect(try readBytes(of: token.tempPath, in: range) == serverBytes(seed: 93, in: range), "\(range)")
+        }
+        #expect(token.expectedSHA256 == digest)
+
+        var configuration = Segmented.configuration(.fixed(4))
+        configuration.hashingPieceLength = Self.piece
+        let result = try await fixture.resumeThroughDisk(token, configuration: configuration).value
+        #expect(result.sha256 == digest)
+        #expect(try fixture.file(result.fileURL, holds: Self.total, seed: 93))
+    }
+
     @Test("fixed(4) in pieces with a wrong expected SHA-256 fails, and keeps nothing")
     func wrongDigestFails() async throws {
         let fixture = try DownloadFixture(keepAlive: true)
