@@ -501,9 +501,12 @@ struct SegmentSchedule: Sendable {
         }
     }
 
-    /// The most a connection is given at a time, when pieces are on.
+    /// The most a connection is given at a time, when pieces are on and more than one connection is wanted: a single
+    /// connection (the automatic count back at one) fetches in file order anyway, and a piece each would only cost
+    /// it a request per piece (measured: 120 requests for the rest of a GiB after `auto` went back to one).
     private var pieceLength: Int64? {
-        settings.pieceLength.map { max($0, settings.minimumSegmentLength, 1) }
+        guard target > 1 else { return nil }
+        return settings.pieceLength.map { max($0, settings.minimumSegmentLength, 1) }
     }
 
     /// The next range for a new connection: the first one nobody fetches (at most `share` of it, or an even share

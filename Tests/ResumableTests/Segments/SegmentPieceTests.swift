@@ -143,6 +143,46 @@ struct SegmentPieceScheduleTests {
     }
 }
 
+extension SegmentPieceScheduleTests {
+    @Test("Once the automatic count is back at one connection, it takes the rest of the file whole, not a piece")
+    func oneConnectionTakesTheRestWhole() {
+        let mib = Self.mebibyte
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 256 * mib, connections: .automatic, pieceLength: 8 * mib, now: start)
+        _ = schedule.start(now: start)
+        _ = schedule.wrote(connection: 0, count: 512 << 10, now: start)
+        #expect(schedule.tick(now: start).actions.isEmpty)
+        // One connection: 1 MiB in 100 ms.
+        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
+        let four = SegmentScheduleTests.requests(schedule.tick(now: start + .milliseconds(100)).actions)
+        // The first connection keeps a piece from where it is (1.5 MiB), each newcomer takes the next.
+        let front = 3 * mib / 2 + 8 * mib
+        #expect(
+            four == [
+                1: front..<(front + 8 * mib), 2: (front + 8 * mib)..<(front + 16 * mib),
+                3: (front + 16 * mib)..<(front + 24 * mib),
+            ])
+        for (id, range) in four {
+            _ = schedule.head(connection: id, verdict: .join(end: range.upperBound), now: start + .milliseconds(100))
+        }
+        _ = schedule.tick(now: start + .milliseconds(110))  // every connection receives: the window starts
+        // Four connections: 2.1 MiB in 190 ms, less than a fifth more than one brought. Back to one; the newest three
+        // stop.
+        _ = schedule.wrote(connection: 0, count: Int(21 * mib / 10), now: start + .milliseconds(300))
+        let back = schedule.tick(now: start + .milliseconds(300)).actions
+        #expect(schedule.target == 1)
+        #expect(
+            back.sorted { "\($0)" < "\($1)" } == [.stop(connection: 1), .stop(connection: 2), .stop(connection: 3)])
+        for id in four.keys { _ = schedule.ended(connection: id, error: nil, now: start + .milliseconds(310)) }
+        // The first connection ends its piece; the next request is the rest of the file, whole.
+        let left = schedule.placement(connection: 0, count: Int(8 * mib))?.count ?? 0
+        let complete = schedule.wrote(connection: 0, count: left, now: start + .milliseconds(320))
+        #expect(complete)
+        let next = SegmentScheduleTests.requests(schedule.ended(connection: 0, error: nil).actions)
+        #expect(next.values.map { $0 } == [front..<(256 * mib)])
+    }
+}
+
 /// A multi-connection download with an expected SHA-256 end to end: pieces in file order, over kept-alive
 /// connections, and the digest checked.
 @Suite("Multi-connection downloads: pieces while hashing")
