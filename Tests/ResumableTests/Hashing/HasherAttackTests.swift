@@ -21,10 +21,8 @@ struct HasherAttackTests {
         let condition = NSCondition()
         /// Which hook calls hold the thread, and for how many pieces; decided on the hashing thread only.
         let plan: Mutex<SplitMix64>
-        let kept = Mutex<[Range<Int64>]>([])
-        let read = Mutex<[Range<Int64>]>([])
-        let declared = Atomic<Int64>(0)
-        let overreads = Mutex<[String]>([])
+        /// Where each hashed piece came from, and reads past the declared prefix.
+        let sources = PrefixHasherTests.Sources()
 
         init(seed: UInt64) {
             plan = Mutex(SplitMix64(seed: seed))
@@ -59,36 +57,7 @@ struct HasherAttackTests {
         }
 
         func hooks() -> PrefixHasher.Hooks {
-            var hooks = PrefixHasher.Hooks()
-            hooks.beforeRead = { [self] offset, count in
-                check(offset, count)
-                read.withLock { $0.append(offset..<(offset + Int64(count))) }
-                maybeHold()
-            }
-            hooks.beforeHashingKept = { [self] offset, count in
-                check(offset, count)
-                kept.withLock { $0.append(offset..<(offset + Int64(count))) }
-                maybeHold()
-            }
-            return hooks
-        }
-
-        private func check(_ offset: Int64, _ count: Int) {
-            let limit = declared.load(ordering: .sequentiallyConsistent)
-            if offset + Int64(count) > limit {
-                overreads.withLock { $0.append("\(count) at \(offset) with \(limit) declared") }
-            }
-        }
-
-        /// Every byte of `0..<length` hashed exactly once, in order.
-        func tiles(_ length: Int64) -> Bool {
-            let pieces = (kept.withLock { $0 } + read.withLock { $0 }).sorted { $0.lowerBound < $1.lowerBound }
-            var end: Int64 = 0
-            for piece in pieces {
-                guard piece.lowerBound == end, !piece.isEmpty else { return false }
-                end = piece.upperBound
-            }
-            return end == length
+            sources.hooks(afterEach: { [self] in maybeHold() })
         }
     }
 
@@ -107,7 +76,7 @@ struct HasherAttackTests {
         // Some bytes on disk before the hasher, as after a resume.
         let before = Int(seed % 3) * 7_777
         try scratch.write(content[0..<before], at: 0)
-        lockstep.declared.store(Int64(before), ordering: .sequentiallyConsistent)
+        lockstep.sources.declared.store(Int64(before), ordering: .sequentiallyConsistent)
         hasher.advance(to: Int64(before))
         let digest = try await onOwnThread { () throws -> String in
             var random = SplitMix64(seed: seed)
@@ -123,7 +92,7 @@ struct HasherAttackTests {
                     content[written..<end].withUnsafeBytes { hasher.keep($0, at: Int64(written)) }
                 }
                 written = end
-                lockstep.declared.store(Int64(written), ordering: .sequentiallyConsistent)
+                lockstep.sources.declared.store(Int64(written), ordering: .sequentiallyConsistent)
                 hasher.advance(to: Int64(written))
                 lockstep.wrotePiece()
             }
@@ -131,10 +100,10 @@ struct HasherAttackTests {
             return try hasher.digest(length: Int64(content.count))
         }
         #expect(digest == (try SHA256Hasher.hex(of: content)))
-        #expect(lockstep.tiles(Int64(content.count)))
-        #expect(lockstep.overreads.withLock { $0 }.isEmpty)
+        #expect(lockstep.sources.tile(Int64(content.count)))
+        #expect(lockstep.sources.overreads.withLock { $0 }.isEmpty)
         // The slots were used (the point of the test), unless there are none.
-        #expect((slotCount == 0) == lockstep.kept.withLock { $0 }.isEmpty)
+        #expect((slotCount == 0) == lockstep.sources.kept.withLock { $0 }.isEmpty)
     }
 
     @Test("Kept bytes beyond the length asked for are not hashed: the digest is of the first `length` bytes only")

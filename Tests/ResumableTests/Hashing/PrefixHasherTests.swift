@@ -103,11 +103,15 @@ struct PrefixHasherTests {
         let declared = Atomic<Int64>(0)
         let overreads = Mutex<[String]>([])
 
-        func hooks(holdingFirstKeptUntil release: DispatchSemaphore? = nil) -> PrefixHasher.Hooks {
+        /// Hooks that record each piece; the first kept one waits for `release`, and `afterEach` runs after every one.
+        func hooks(
+            holdingFirstKeptUntil release: DispatchSemaphore? = nil, afterEach: (@Sendable () -> Void)? = nil
+        ) -> PrefixHasher.Hooks {
             var hooks = PrefixHasher.Hooks()
             hooks.beforeRead = { [self] offset, count in
                 check(offset, count)
                 read.withLock { $0.append(offset..<(offset + Int64(count))) }
+                afterEach?()
             }
             hooks.beforeHashingKept = { [self] offset, count in
                 check(offset, count)
@@ -116,6 +120,7 @@ struct PrefixHasherTests {
                     return kept.count == 1
                 }
                 if first { release?.wait() }
+                afterEach?()
             }
             return hooks
         }

@@ -192,6 +192,11 @@ struct SegmentPieceDownloadTests {
     /// 512 KiB pieces: sixteen of them in the 8 MiB file.
     static let piece: Int64 = 512 << 10
 
+    /// The SHA-256 of the generated file of `seed`.
+    static func digest(seed: UInt64) throws -> String {
+        try SHA256Hasher.hex(of: testBytes(count: Int(total), seed: seed))
+    }
+
     static func configuration(_ digest: String, events: EventLog? = nil) -> DownloadTask.Configuration {
         var configuration = Segmented.configuration(.fixed(4), events: events)
         configuration.hashingPieceLength = piece
@@ -205,9 +210,7 @@ struct SegmentPieceDownloadTests {
     func piecesInOrder(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport, keepAlive: true)
         fixture.serve(.generated(length: Self.total, seed: 91))
-        var sha = PortableSHA256()
-        sha.update(testBytes(count: Int(Self.total), seed: 91))
-        let digest = sha.hexDigest()
+        let digest = try Self.digest(seed: 91)
         let events = EventLog()
         let result = try await fixture.download(configuration: Self.configuration(digest, events: events)).value
 
@@ -241,9 +244,7 @@ struct SegmentPieceDownloadTests {
     func pauseWhilePieceHeld(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport, keepAlive: true)
         fixture.serve(.generated(length: Self.total, seed: 93))
-        var sha = PortableSHA256()
-        sha.update(testBytes(count: Int(Self.total), seed: 93))
-        let digest = sha.hexDigest()
+        let digest = try Self.digest(seed: 93)
         // The fourth piece is held after 10,000 bytes; the other connections go on with the later pieces, and less
         // than two minimum segments are left to steal from it.
         let held = (3 * Self.piece)..<(4 * Self.piece)
