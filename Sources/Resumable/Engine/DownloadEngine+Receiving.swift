@@ -90,7 +90,8 @@ extension DownloadEngine {
                 let requested = state.segments?.requestedRange(connection: connection)
             else { return false }
             let verdict = state.machine.judgeSegment(head, requested: requested)
-            return state.segments?.head(connection: connection, verdict: verdict) ?? false
+            return state.segments?.head(
+                connection: connection, verdict: verdict, framedByLength: head.isFramedByContentLength) ?? false
         }
     }
 
@@ -164,7 +165,10 @@ extension DownloadEngine {
         let (emit, checkpoint, complete, answerIsOver) = state.withLock {
             state -> (Bool, (ResumeToken, PartialFile)?, Bool, Bool) in
             let complete = state.segments?.wrote(connection: connection, count: count) ?? true
-            let answerIsOver = count == body.count && state.segments?.answerIsOver(connection: connection) == true
+            // Once every byte is in the file the phase is over: no connection is worth keeping, whatever its answer.
+            let fileIsComplete = state.segments?.isComplete ?? true
+            let answerIsOver =
+                !fileIsComplete && count == body.count && state.segments?.answerIsOver(connection: connection) == true
             if let hasher = state.hasher, let prefix = state.segments?.present.prefixLength {
                 hasher.advance(to: prefix)
             }

@@ -67,7 +67,8 @@ struct SegmentSchedule: Sendable {
         /// Where this connection stops: the end asked for, moved earlier when another connection took the rest.
         var end: Int64
         var accepted: Bool
-        /// Where the response's body ends, once known: its last byte ends the transfer without stopping it.
+        /// Where the response's body ends, when its Content-Length says so: its last byte ends the transfer without
+        /// stopping it.
         var answerEnd: Int64?
         /// Opened for the next piece when a connection finished its own: for the automatic count, a connection that
         /// goes on working, not one that still has to show its rate.
@@ -144,9 +145,9 @@ struct SegmentSchedule: Sendable {
         // The probe stops where the file already has bytes, or where its answer ends.
         let firstPresent = basis.present.ranges.first { $0.lowerBound >= basis.probe.lowerBound }?.lowerBound
         let probeEnd = min(basis.probe.upperBound, firstPresent ?? basis.probe.upperBound)
+        // The probe's answer is not trusted to end by itself (``answerIsOver(connection:)``): it is stopped at its end.
         connections[probeConnection] = Connection(
-            requested: basis.probe, next: basis.probe.lowerBound, end: probeEnd, accepted: true,
-            answerEnd: basis.probe.upperBound, lastActivity: now)
+            requested: basis.probe, next: basis.probe.lowerBound, end: probeEnd, accepted: true, lastActivity: now)
         switch settings.connections.kind {
         case .fixed(let count):
             target = max(1, min(count, DownloadTask.Connections.maximum))
@@ -173,6 +174,9 @@ struct SegmentSchedule: Sendable {
     /// How many connections are open.
     var activeCount: Int { connections.count }
 
+    /// Whether every byte of the file is in it.
+    var isComplete: Bool { present.contains(0..<total) }
+
     /// The first step: splits the work among the connections wanted.
     mutating func start(now: ContinuousClock.Instant = .now) -> Step {
         Step(actions: fill(now: now))
@@ -180,9 +184,11 @@ struct SegmentSchedule: Sendable {
 
     // MARK: - Responses
 
-    /// Records the verdict on a connection's response head; returns whether to write its body.
+    /// Records the verdict on a connection's response head; returns whether to write its body. `framedByLength`: the
+    /// answer's Content-Length (which the verdict checked against its Content-Range) ends it, not chunked framing.
     mutating func head(
-        connection id: Int, verdict: ResumeStateMachine.SegmentVerdict, now: ContinuousClock.Instant = .now
+        connection id: Int, verdict: ResumeStateMachine.SegmentVerdict, framedByLength: Bool = false,
+        now: ContinuousClock.Instant = .now
     )
         -> Bool
     {
@@ -191,7 +197,9 @@ struct SegmentSchedule: Sendable {
         connection.writtenAtLastActivity = bytesWritten
         if case .join(let end) = verdict {
             connection.accepted = true
-            connection.answerEnd = end
+            // Only an answer whose Content-Length ends it there is left to end by itself: a chunked one may go on, or
+            // hold, past the end its Content-Range names.
+            connection.answerEnd = framedByLength ? end : nil
             connection.end = min(connection.end, end)
             connections[id] = connection
             return true
@@ -290,7 +298,7 @@ struct SegmentSchedule: Sendable {
                 return Step(actions: stopAll(), end: .retry(error), failure: failure)
             }
         }
-        if present.contains(0..<total) {
+        if isComplete {
             return Step(actions: stopAll(), end: .complete, failure: failure)
         }
         // With pieces, the connection that finished its piece goes on with the next one: a request on the same

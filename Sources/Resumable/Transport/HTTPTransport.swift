@@ -35,6 +35,12 @@ struct ResponseHead: Sendable {
         headers.filter { Self.sameName($0.name, name) }.map(\.value)
     }
 
+    /// Whether the body ends where its Content-Length says: a Content-Length and no Transfer-Encoding (which would
+    /// take precedence, RFC 9112 §6.3).
+    var isFramedByContentLength: Bool {
+        value("Content-Length") != nil && value("Transfer-Encoding") == nil
+    }
+
     /// Whether two field names are the same, ignoring ASCII case: field names are tokens (RFC 9110 §5.1), ASCII by
     /// definition. Not `caseInsensitiveCompare`, which bridges to `NSString` and folds Unicode case, at a cost that
     /// showed in a batch of small files: a head is looked up a dozen times per response.

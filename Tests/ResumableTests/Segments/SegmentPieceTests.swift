@@ -26,7 +26,8 @@ struct SegmentPieceScheduleTests {
         _ schedule: inout SegmentSchedule, _ id: Int, _ range: Range<Int64>, now: ContinuousClock.Instant = .now
     ) -> SegmentSchedule.Step {
         if id != 0 {
-            let accepted = schedule.head(connection: id, verdict: .join(end: range.upperBound), now: now)
+            let accepted = schedule.head(
+                connection: id, verdict: .join(end: range.upperBound), framedByLength: true, now: now)
             #expect(accepted)
         }
         let complete = schedule.wrote(connection: id, count: Int(range.upperBound - range.lowerBound), now: now)
@@ -75,6 +76,25 @@ struct SegmentPieceScheduleTests {
         #expect(SegmentScheduleTests.requests(step.actions) == [6: (6 * mib)..<(8 * mib)])
         #expect(schedule.placement(connection: 1, count: Int(4 * mib))?.count == Int(2 * mib))
         #expect(step.end == nil)
+    }
+
+    @Test(
+        "Only an answer framed by its Content-Length is left to end by itself; a chunked one, or the first, is stopped")
+    func onlyFramedAnswersEndByThemselves() {
+        let mib = Self.mebibyte
+        var schedule = schedule(total: 16 * mib, pieceLength: 4 * mib)
+        let ranges = SegmentScheduleTests.requests(schedule.start().actions)
+        let framed = schedule.head(connection: 1, verdict: .join(end: ranges[1]!.upperBound), framedByLength: true)
+        let chunked = schedule.head(connection: 2, verdict: .join(end: ranges[2]!.upperBound), framedByLength: false)
+        #expect(framed && chunked)
+        for id in [0, 1, 2] {
+            let length = id == 0 ? 4 * mib : ranges[id]!.upperBound - ranges[id]!.lowerBound
+            let complete = schedule.wrote(connection: id, count: Int(length))
+            #expect(complete)
+        }
+        #expect(schedule.answerIsOver(connection: 1))
+        #expect(!schedule.answerIsOver(connection: 2))
+        #expect(!schedule.answerIsOver(connection: 0))
     }
 
     @Test("Without pieces a connection that finished takes the whole gap left, as before")
