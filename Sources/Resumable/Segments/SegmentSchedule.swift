@@ -18,7 +18,8 @@ import Foundation
 /// - **Stalls.** A segment that received nothing for the stall timeout while the others keep receiving (and wrote
 ///   a minimum segment's worth since its last byte, or it stayed silent for twice the stall timeout), or when it
 ///   is the last one working, is stopped and asked again on a fresh connection; stalls in a row without a byte
-///   between them count as failures, and end the phase to back off.
+///   between them count as failures, and end the phase to back off. A connection that wrote all of its range is
+///   never stalled, however long its transfer takes to end.
 /// - **Back-off.** An overloaded answer (`503`, `429`), or a connection that fails before its response, lowers
 ///   the number of connections and does not count as a failure in a row (many `503`s beyond a limit are one
 ///   answer); when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)`` and the
@@ -352,9 +353,11 @@ struct SegmentSchedule: Sendable {
         // its peers (a busy machine, a slow handshake) is not a stuck one, and one stuck beside slow peers is still
         // found long before the transport's idle timeout. When several stall at once, the network is likely down:
         // each transfer's idle timeout decides, and the download backs off.
-        let working = connections.values.filter { !$0.stopped }
+        // A connection that wrote all of its range is not stuck, however long its transfer takes to end (its answer
+        // ends there by itself, or it is being stopped): nothing of the file waits for it.
+        let working = connections.values.filter { !$0.stopped && $0.next < $0.end }
         let progressing = working.contains { now - $0.lastActivity < settings.stallTimeout }
-        for (id, connection) in connections where !connection.stopped {
+        for (id, connection) in connections where !connection.stopped && connection.next < connection.end {
             let silence = now - connection.lastActivity
             guard silence >= settings.stallTimeout else { continue }
             let overtaken =

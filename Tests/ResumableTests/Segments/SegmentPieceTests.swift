@@ -97,6 +97,29 @@ struct SegmentPieceScheduleTests {
         #expect(!schedule.answerIsOver(connection: 0))
     }
 
+    @Test("A connection that wrote all of its range is never a stalled one while its answer ends")
+    func finishedConnectionIsNotStalled() {
+        let mib = Self.mebibyte
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 16 * mib, pieceLength: 4 * mib, now: start)
+        let ranges = SegmentScheduleTests.requests(schedule.start(now: start).actions)
+        let framed = schedule.head(
+            connection: 1, verdict: .join(end: ranges[1]!.upperBound), framedByLength: true, now: start)
+        #expect(framed)
+        let complete = schedule.wrote(connection: 1, count: Int(4 * mib), now: start)
+        #expect(complete && schedule.answerIsOver(connection: 1))
+        // Its transfer has not ended yet (a busy machine, a rate limiter holding the last piece) while the others
+        // keep receiving, long past the stall timeout (5 s here): it is not stopped as stalled.
+        for id in [0, 2, 3] {
+            if id != 0 {
+                _ = schedule.head(connection: id, verdict: .join(end: ranges[id]!.upperBound), now: start)
+            }
+            _ = schedule.wrote(connection: id, count: Int(mib), now: start + .seconds(11))
+        }
+        let step = schedule.tick(now: start + .seconds(12))
+        #expect(!step.actions.contains(.stop(connection: 1)), "\(step.actions)")
+    }
+
     @Test("Without pieces a connection that finished takes the whole gap left, as before")
     func withoutPiecesTheGapIsTakenWhole() {
         let mib = Self.mebibyte
