@@ -176,7 +176,9 @@ extension DownloadTask {
     /// memory. ``libcurl`` drives the system's libcurl directly (loaded at run time, never linked): body bytes
     /// go from curl's buffer straight into the file, and a slow disk slows the download instead of filling
     /// memory. ``urlSession`` uses Foundation's `URLSession`, which on Linux copies every chunk and queues up to
-    /// about 2.6 MiB per download before it stops reading.
+    /// about 2.6 MiB per download before it stops reading, and whose socket event sources keep a dispatch thread
+    /// busy while a response arrives slowly (measured: 2 s of CPU in 4 s on a server sending 16 KiB/s, against
+    /// none for ``libcurl``).
     public struct Transport: Hashable, Sendable, CustomStringConvertible {
         enum Kind: Hashable, Sendable {
             case automatic
