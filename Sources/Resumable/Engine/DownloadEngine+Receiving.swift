@@ -165,10 +165,8 @@ extension DownloadEngine {
         let (emit, checkpoint, complete, answerIsOver) = state.withLock {
             state -> (Bool, (ResumeToken, PartialFile)?, Bool, Bool) in
             let complete = state.segments?.wrote(connection: connection, count: count) ?? true
-            // Once every byte is in the file the phase is over: no connection is worth keeping, whatever its answer.
-            let fileIsComplete = state.segments?.isComplete ?? true
             let answerIsOver =
-                !fileIsComplete && count == body.count && state.segments?.answerIsOver(connection: connection) == true
+                complete && count == body.count && state.segments?.answerIsOver(connection: connection) == true
             if let hasher = state.hasher, let prefix = state.segments?.present.prefixLength {
                 hasher.advance(to: prefix)
             }

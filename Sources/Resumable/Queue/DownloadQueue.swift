@@ -325,9 +325,10 @@ public actor DownloadQueue {
             }
             digest = normalized
         }
-        // What a task record can hold and read back: a path under the system's limit.
-        guard destination.tokenValue.count < 4096 else {
-            throw ResumableError(.invalidRequest, "the destination path is longer than 4,095 characters")
+        // Only what a task record can hold and read back: a record refused at restore would lose the download.
+        guard TaskRecord.canHold(destination: destination.tokenValue) else {
+            throw ResumableError(
+                .invalidRequest, "the destination path is longer than 4,095 characters or contains a NUL character")
         }
         let id = TaskID()
         let entry = Entry(url: url, destination: destination, priority: priority, expectedSHA256: digest)

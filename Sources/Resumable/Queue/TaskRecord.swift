@@ -18,6 +18,12 @@ struct TaskRecord: Sendable, Equatable {
     /// The largest `order` and `priority` magnitude a record may hold: 2^53, exact in any JSON reader.
     static let maximumOrder: Int64 = 1 << 53
 
+    /// Whether a record can hold, and read back, a destination in its token form: an absolute path, without NUL,
+    /// under the system's limit of 4,096.
+    static func canHold(destination path: String) -> Bool {
+        path.hasPrefix("/") && !path.contains("\0") && path.count < 4096
+    }
+
     /// The fields, on the heap and shared by the copies of a record until one of them changes (copy on write).
     ///
     /// A store keeps each record twice (as last written, and as on disk) and a restore passes them through arrays
@@ -164,7 +170,7 @@ extension TaskRecord: Codable {
         }
         // The token's form: an absolute path; a directory ends in `/`.
         let path = try container.decode(String.self, forKey: .destination)
-        guard path.hasPrefix("/"), !path.contains("\0"), path.count < 4096 else {
+        guard Self.canHold(destination: path) else {
             throw ResumableError.invalidToken(field: "destination", "is not an absolute path")
         }
         let destination = DownloadTask.Destination(tokenValue: path, tempPath: path)

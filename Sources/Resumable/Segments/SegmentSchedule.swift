@@ -238,9 +238,10 @@ struct SegmentSchedule: Sendable {
     }
 
     /// Whether connection `id`'s response has no byte left after those written: its transfer ends by itself, so
-    /// there is no need to stop it (which would cost its kept-alive connection).
+    /// there is no need to stop it (which would cost its kept-alive connection). Never once the file is complete:
+    /// the phase is over, and no connection is worth keeping, whatever its answer.
     func answerIsOver(connection id: Int) -> Bool {
-        guard let connection = connections[id], let answerEnd = connection.answerEnd else { return false }
+        guard !isComplete, let connection = connections[id], let answerEnd = connection.answerEnd else { return false }
         return connection.next >= answerEnd
     }
 

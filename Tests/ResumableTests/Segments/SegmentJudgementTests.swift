@@ -29,6 +29,16 @@ struct SegmentJudgementTests {
         return ResponseHead(status: 206, headers: headers + extra)
     }
 
+    @Test("Only a Content-Length without Transfer-Encoding frames an answer (RFC 9112 §6.3: chunked wins)")
+    func framing() {
+        let length = HTTPHeader(name: "content-length", value: "1000")
+        let chunked = HTTPHeader(name: "Transfer-Encoding", value: "chunked")
+        #expect(partial("bytes 0-999/\(Self.total)", extra: [length]).isFramedByContentLength)
+        #expect(!partial("bytes 0-999/\(Self.total)", extra: [length, chunked]).isFramedByContentLength)
+        #expect(!partial("bytes 0-999/\(Self.total)", extra: [chunked]).isFramedByContentLength)
+        #expect(!partial("bytes 0-999/\(Self.total)").isFramedByContentLength)
+    }
+
     @Test("The accepted 200 is a basis for segments; the segment request carries Range and If-Range")
     func basisAndRequest() throws {
         let machine = machine()
