@@ -44,7 +44,9 @@ final class URLSessionTransport: TransportSession {
         var closed = false
     }
 
-    private let router = TaskRouter()
+    /// Cancels the session's tasks without meeting FoundationNetworking's cancel-versus-completion trap.
+    private let cancellation = URLSessionCancellation()
+    private let router: TaskRouter
     private let state = Mutex(State())
     /// Set at once by ``close()`` (and `deinit`); the rest of closing runs on ``calls``.
     private let closing = SessionClosing()
@@ -68,6 +70,7 @@ final class URLSessionTransport: TransportSession {
     /// A transport whose delegate queue holds the network back at `flowControl`'s marks (Linux only).
     init(flowControl: URLSessionFlowControl = .default) {
         self.flowControl = flowControl
+        router = TaskRouter(cancellation: cancellation)
         #if canImport(FoundationNetworking)
             deliveryQueue = URLSessionDeliveryQueue(limits: flowControl)
         #endif
@@ -101,8 +104,7 @@ final class URLSessionTransport: TransportSession {
         let session = takeSession()
         let router = router
         calls.async {
-            session?.invalidateAndCancel()
-            router.abandonAll()
+            Self.shutDown(session, router: router)
         }
     }
 
@@ -120,7 +122,8 @@ final class URLSessionTransport: TransportSession {
         }
 
         let handler = StreamingHandler(
-            consumer: consumer, failureContext: TransportFailure.Context(request), calls: calls, closing: closing)
+            consumer: consumer, failureContext: TransportFailure.Context(request), calls: calls, closing: closing,
+            cancellation: cancellation)
         // Made and registered on `calls`, where `close()` invalidates the session: never in between (making a task in
         // an invalidated session traps).
         guard !closing.isSet else { throw TransportSessionClosed.error }
@@ -130,7 +133,9 @@ final class URLSessionTransport: TransportSession {
                 let task = state.withLock { state -> URLSessionDataTask? in
                     guard !state.closed else { return nil }
                     let session =
-                        state.session ?? Self.makeSession(timeout: seconds, delegate: router, queue: delegateQueue)
+                        state.session
+                        ?? Self.makeSession(
+                            timeout: seconds, delegate: router, queue: delegateQueue, cancellation: cancellation)
                     state.session = session
                     let task = session.dataTask(with: urlRequestToSend)
                     router.register(handler, for: task)
@@ -165,9 +170,19 @@ final class URLSessionTransport: TransportSession {
             deliveryQueue.release()
         #endif
         calls.async { [self] in
-            takeSession()?.invalidateAndCancel()
-            router.abandonAll()
+            Self.shutDown(takeSession(), router: router)
         }
+    }
+
+    /// Cancels every request's task, lets the session end once they all have, and ends the requests at once.
+    ///
+    /// Not `URLSession.invalidateAndCancel()`: in swift-corelibs-foundation it reads the session's task registry off
+    /// the session's work queue, racing the tasks that end meanwhile (a crash, seen in a fault soak), and cancels
+    /// without ``URLSessionCancellation``'s fence. `finishTasksAndInvalidate()` does its work on the work queue.
+    private static func shutDown(_ session: URLSession?, router: TaskRouter) {
+        router.cancelAll()
+        session?.finishTasksAndInvalidate()
+        router.abandonAll()
     }
 
     /// Marks the transport closed and takes its session, if it made one.
@@ -179,7 +194,9 @@ final class URLSessionTransport: TransportSession {
         }
     }
 
-    private static func makeSession(timeout: TimeInterval, delegate: TaskRouter, queue: OperationQueue?) -> URLSession {
+    private static func makeSession(
+        timeout: TimeInterval, delegate: TaskRouter, queue: OperationQueue?, cancellation: URLSessionCancellation
+    ) -> URLSession {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
         configuration.httpCookieStorage = nil
@@ -187,6 +204,7 @@ final class URLSessionTransport: TransportSession {
         configuration.timeoutIntervalForRequest = timeout
         configuration.requestCachePolicy = .reloadIgnoringLocalAndRemoteCacheData
         let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: queue)
+        cancellation.attach(to: session)
         #if canImport(FoundationNetworking)
             (queue as? URLSessionDeliveryQueue)?.attach(to: session)
         #endif
@@ -210,10 +228,20 @@ private protocol RoutedRequest: AnyObject, Sendable {
 ///
 /// Callbacks come one at a time on the session's serial delegate queue.
 private final class TaskRouter: NSObject, URLSessionDataDelegate, Sendable {
-    private let requests = Mutex<[Int: any RoutedRequest]>([:])
+    private struct Routed {
+        var request: any RoutedRequest
+        var task: URLSessionTask
+    }
+
+    private let requests = Mutex<[Int: Routed]>([:])
+    private let cancellation: URLSessionCancellation
+
+    init(cancellation: URLSessionCancellation) {
+        self.cancellation = cancellation
+    }
 
     func register(_ request: any RoutedRequest, for task: URLSessionTask) {
-        requests.withLock { $0[task.taskIdentifier] = request }
+        requests.withLock { $0[task.taskIdentifier] = Routed(request: request, task: task) }
     }
 
     func remove(_ task: URLSessionTask) {
@@ -226,11 +254,17 @@ private final class TaskRouter: NSObject, URLSessionDataDelegate, Sendable {
             defer { requests.removeAll() }
             return Array(requests.values)
         }
-        for request in all { request.abandon() }
+        for routed in all { routed.request.abandon() }
+    }
+
+    /// Cancels the task of every registered request (resumed or not), so that the session can end.
+    func cancelAll() {
+        let tasks = requests.withLock { $0.values.map(\.task) }
+        for task in tasks { cancellation.cancel(task) }
     }
 
     private func request(for task: URLSessionTask) -> (any RoutedRequest)? {
-        requests.withLock { $0[task.taskIdentifier] }
+        requests.withLock { $0[task.taskIdentifier]?.request }
     }
 
     func urlSession(
@@ -241,7 +275,7 @@ private final class TaskRouter: NSObject, URLSessionDataDelegate, Sendable {
     ) {
         guard let request = request(for: dataTask) else {
             completionHandler(.cancel)
-            dataTask.cancel()
+            cancellation.cancel(dataTask)
             return
         }
         request.didReceive(response, dataTask: dataTask, completionHandler: completionHandler)
@@ -263,6 +297,7 @@ private final class TaskRouter: NSObject, URLSessionDataDelegate, Sendable {
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        cancellation.willComplete(task)
         request(for: task)?.didComplete(error: error)
     }
 }
@@ -298,19 +333,23 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
     private let calls: DispatchQueue
     /// Whether the transport is closing: its session is, or is about to be, invalidated on `calls`.
     private let closing: SessionClosing
+    /// What cancels the task (never `URLSessionTask.cancel()` directly; see ``URLSessionCancellation``).
+    private let cancellation: URLSessionCancellation
 
     init(
-        consumer: Consumer, failureContext: TransportFailure.Context, calls: DispatchQueue, closing: SessionClosing
+        consumer: Consumer, failureContext: TransportFailure.Context, calls: DispatchQueue, closing: SessionClosing,
+        cancellation: URLSessionCancellation
     ) {
         self.consumer = consumer
         self.failureContext = failureContext
         self.calls = calls
         self.closing = closing
+        self.cancellation = cancellation
     }
 
-    /// Runs `body` on `calls` unless the transport is closing. A task of an invalidated session must not be touched
-    /// (FoundationNetworking traps: "a task that is not in the registry"), and the invalidation cancels every task
-    /// anyway. Checked on `calls`, where the invalidation runs: one asked for after this check runs after `body`.
+    /// Runs `body` on `calls` unless the transport is closing. A task must not be resumed once its session is being
+    /// invalidated, and the closing cancels every task anyway. Checked on `calls`, where the closing runs: one asked
+    /// for after this check runs after `body`.
     private func whileOpen(_ body: @escaping @Sendable () -> Void) {
         let closing = closing
         calls.async {
@@ -340,12 +379,11 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             state.cancelled = true
             return state.task
         }
-        if let task { whileOpen { task.cancel() } }
+        if let task { whileOpen { [cancellation] in cancellation.cancel(task) } }
     }
 
-    /// Called on the transport's `calls` queue (``URLSessionTransport/close()``), after the session's
-    /// `invalidateAndCancel()` cancelled the task: cancelling it again would touch a task the session no longer
-    /// knows, which FoundationNetworking traps on.
+    /// Called on the transport's `calls` queue (``URLSessionTransport/close()``), after the task was cancelled: ends
+    /// the request at once, whenever the session reports the task's end.
     func abandon() {
         state.withLock { state in
             state.cancelled = true
@@ -371,7 +409,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         guard let http = response as? HTTPURLResponse else {
             state.withLock { $0.consumerError = ResumableError(.protocolViolation, "the response is not HTTP") }
             completionHandler(.cancel)
-            dataTask.cancel()
+            cancellation.cancel(dataTask)
             return
         }
         if (100...199).contains(http.statusCode) && http.statusCode != 101 {
@@ -386,7 +424,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         }
         guard deliver else {
             completionHandler(.cancel)
-            dataTask.cancel()
+            cancellation.cancel(dataTask)
             return
         }
         var headers: [HTTPHeader] = []
@@ -401,7 +439,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             state.withLock { $0.declined = true }
             completionHandler(.cancel)
             // swift-corelibs-foundation ignores the disposition: cancel the task so the body stops here.
-            dataTask.cancel()
+            cancellation.cancel(dataTask)
         }
     }
 
@@ -414,7 +452,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
                         $0.consumerError = ResumableError(.protocolViolation, "body bytes arrived before the head")
                     }
                 }
-                dataTask.cancel()
+                cancellation.cancel(dataTask)
             }
             return
         }
@@ -426,7 +464,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         }
         if case .failure(let error) = delivered {
             state.withLock { $0.consumerError = error }
-            dataTask.cancel()
+            cancellation.cancel(dataTask)
         }
     }
 
@@ -474,7 +512,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             state.cancelled = true
             return state.task
         }
-        if let task { whileOpen { task.cancel() } }
+        if let task { whileOpen { [cancellation] in cancellation.cancel(task) } }
     }
 }
 
