@@ -22,7 +22,6 @@ enum { CRESUMABLE_CURLMSG_DONE = 1, CRESUMABLE_CURL_GLOBAL_DEFAULT = 3 };
 
 struct cresumable_curl {
     void *library;
-    char *(*version)(void);
     int (*global_init)(long flags);
     void *(*easy_init)(void);
     void (*easy_cleanup)(void *easy);
@@ -74,7 +73,6 @@ cresumable_curl *cresumable_curl_open(const char *name, char *error, size_t capa
             goto failed;                                                                           \
         }                                                                                          \
     } while (0)
-    RESOLVE(version, "curl_version");
     RESOLVE(global_init, "curl_global_init");
     RESOLVE(easy_init, "curl_easy_init");
     RESOLVE(easy_cleanup, "curl_easy_cleanup");
@@ -109,7 +107,6 @@ done:
     return curl;
 }
 
-const char *cresumable_curl_version(const cresumable_curl *curl) { return curl->version(); }
 
 void *cresumable_curl_easy_init(const cresumable_curl *curl) { return curl->easy_init(); }
 

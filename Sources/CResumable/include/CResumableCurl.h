@@ -108,9 +108,6 @@ typedef size_t (*cresumable_curl_data_callback)(char *buffer, size_t size, size_
 /// returns a new table over the same library.
 cresumable_curl *cresumable_curl_open(const char *name, char *error, size_t capacity);
 
-/// The version string of the loaded library, e.g. "libcurl/7.88.1 OpenSSL/3.0.19 zlib/1.2.13".
-const char *cresumable_curl_version(const cresumable_curl *curl);
-
 void *cresumable_curl_easy_init(const cresumable_curl *curl);
 void cresumable_curl_easy_cleanup(const cresumable_curl *curl, void *easy);
 int cresumable_curl_easy_setopt_long(const cresumable_curl *curl, void *easy, int option, long value);

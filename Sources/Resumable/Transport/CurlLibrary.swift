@@ -12,13 +12,15 @@ final class CurlLibrary: @unchecked Sendable {
     // global functions are thread-safe; handles made from it are confined to one transfer's thread.
 
     /// The table of entry points the shim resolved.
+    ///
+    /// Not `curl_version()`: Debian's libcurl puts the LDAP library's version in that string, and asking libldap for
+    /// it initializes libldap: a lookup of this machine's own name (resolver files, DNS when the name is not in
+    /// `/etc/hosts`) and the loading of eight SASL plugins, before the first request (measured: most of the 15 ms
+    /// between the start of `resumable get` and its first request).
     let table: OpaquePointer
-    /// The library's version string, e.g. `libcurl/7.88.1 OpenSSL/3.0.19 zlib/1.2.13`.
-    let version: String
 
     private init(table: OpaquePointer) {
         self.table = table
-        self.version = String(cString: cresumable_curl_version(table))
     }
 
     /// The name the system's libcurl is loaded under.
