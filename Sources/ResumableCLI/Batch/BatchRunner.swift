@@ -226,7 +226,7 @@ actor BatchDisplay {
             } else if case .retrying(let attempt, _, _) = event {
                 active[id]?.state = .retrying(attempt: attempt)
             }
-            if mode.isJSON, case .object(var fields) = EventJSON.event(event) {
+            if mode == .json, case .object(var fields) = EventJSON.event(event) {
                 fields.insert(("id", .string(id.description)), at: 0)
                 Console.err(JSONValue.object(fields).serialized)
             }
@@ -259,8 +259,9 @@ actor BatchDisplay {
         draw(force: false)
     }
 
+    /// An event line: `--json` only (`--json --quiet` prints the final object alone, as a single download does).
     private func emitJSON(_ id: DownloadQueue.TaskID, _ name: String, _ fields: [(String, JSONValue)]) {
-        guard mode.isJSON else { return }
+        guard mode == .json else { return }
         Console.err(JSONValue.object([("event", .string(name)), ("id", .string(id.description))] + fields).serialized)
     }
 

@@ -28,6 +28,31 @@ struct BatchCLITests {
         return offsets
     }
 
+    @Test("--json --quiet prints the final object on standard output and no event line, as a single get does")
+    func jsonQuietBatch() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let scratch = try ScratchDirectory()
+        var list = ""
+        for index in 0..<3 {
+            server.register(.generated(length: 20_000, seed: UInt64(index + 1)), at: "/q\(index).bin")
+            list += server.url(for: "/q\(index).bin").absoluteString + "\n"
+        }
+        try Data(list.utf8).write(to: scratch.file("list.txt"))
+        let quiet = try await CLIProcess.run(
+            ["get", "-i", "list.txt", "-j", "2", "-o", "out/", "--json", "--quiet"], in: scratch.url)
+        #expect(quiet.exitCode == 0, "\(quiet)")
+        #expect(quiet.stderr.isEmpty, "\(quiet.stderr)")
+        let object = try JSONSerialization.jsonObject(with: Data(quiet.stdout.utf8)) as? [String: Any]
+        #expect(object?["status"] as? String == "completed", "\(quiet.stdout)")
+        #expect((object?["finished"] as? NSNumber)?.intValue == 3)
+        // Without --quiet, the events are there.
+        let loud = try await CLIProcess.run(
+            ["get", "-i", "list.txt", "-j", "2", "-o", "again/", "--json"], in: scratch.url)
+        #expect(loud.exitCode == 0, "\(loud)")
+        #expect(loud.stderrLines.filter { $0.contains("\"task-finished\"") }.count == 3, "\(loud.stderr)")
+    }
+
     @Test("A list with a 404, a dropped connection and an out= name: every other file is exact, exit 1, a summary")
     func smallBatch() async throws {
         let server = try LoopbackServer()
