@@ -359,16 +359,22 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
     }
 
     func start(_ task: URLSessionDataTask, continuation: CheckedContinuation<Result<Void, ResumableError>, Never>) {
-        let (cancelled, finished) = state.withLock { state in
+        let (cancelled, finished, earlyError) = state.withLock { state in
             state.continuation = continuation
             state.task = task
-            return (state.cancelled, state.finished)
+            return (state.cancelled, state.finished, state.consumerError)
         }
         if finished {
-            // Abandoned before it started: finish resumes the continuation stored just now.
+            // Abandoned before it started (the closing cancelled the task): finish resumes the continuation stored
+            // just now.
             finish(.failure(TransportSessionClosed.error))
         } else if cancelled {
-            finish(.failure(ResumableError(.cancelled, "the request was cancelled")))
+            // Cancelled, or timed out, before it started. The task, made but never resumed, is cancelled too, at once
+            // and not only while the transport is open: the request leaves the router now, so a closing would not
+            // see it, and a task left suspended in the session keeps `finishTasksAndInvalidate()` from ever ending
+            // the session.
+            cancellation.cancel(task)
+            finish(.failure(earlyError ?? ResumableError(.cancelled, "the request was cancelled")))
         } else {
             whileOpen { task.resume() }
         }
