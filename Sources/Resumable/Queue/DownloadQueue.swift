@@ -551,7 +551,7 @@ public actor DownloadQueue {
             ) { token in
                 try store.checkpoint(id, token: token)
             }
-            checkpointing.finished = { _ in store.remove(id) }
+            checkpointing.finished = { _ in store.remove(id, flushing: false) }
             checkpointing.keepsInMemory = { token in store.checkpointInMemory(id, token: token) }
             download.checkpointing = checkpointing
         }
@@ -583,7 +583,7 @@ public actor DownloadQueue {
             if error.code == .tokenGone {
                 // Its file was moved into place before the crash; only the record was left.
                 entries[id] = nil
-                store?.remove(id)
+                store?.remove(id, flushing: false)
                 summary.finished += 1
                 send(.finishedEarlier(id))
                 perform(schedule.ended(id, paused: false))
@@ -623,7 +623,7 @@ public actor DownloadQueue {
         switch result {
         case .success(let download):
             entries[id] = nil
-            store?.remove(id)
+            store?.remove(id, flushing: false)
             summary.finished += 1
             send(.finished(id, download))
             perform(schedule.ended(id, paused: false))

@@ -272,8 +272,12 @@ public final class TaskStore: Sendable {
         return inMemoryOnly ? (true, nil) : (false, record)
     }
 
-    /// Removes the record of a download that finished or was cancelled; later checkpoints are ignored.
-    func remove(_ id: DownloadQueue.TaskID) {
+    /// Removes the record of a download that finished, failed or was cancelled; later checkpoints are ignored.
+    ///
+    /// `flushing`: `tasks/` is flushed after the removal, so that a crash cannot bring the record back. A finished
+    /// download's removal is not flushed: a record that comes back finds its file moved into place, and the download
+    /// is reported finished again (``restore()``); on a disk, each flush is a journal commit, one of five per file.
+    func remove(_ id: DownloadQueue.TaskID, flushing: Bool = true) {
         stripe(id).lock.withLock { _ in
             // Only a record this store wrote or read is on disk (a finished download's is removed twice: when its
             // file is in place, and when the queue learns it finished).
@@ -284,7 +288,7 @@ public final class TaskStore: Sendable {
             }
             if onDisk, let tasks = try? currentTasks(), unlinkat(tasks, "\(id).json", 0) == 0 {
                 DurableSteps.record(.unlink, recordPath(id))
-                fsync(tasks)
+                if flushing { fsync(tasks) }
             }
         }
     }
