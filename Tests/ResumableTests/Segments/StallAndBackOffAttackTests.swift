@@ -6,8 +6,8 @@ import Testing
 
 /// Adversarial review of 64c245e (issue 10): failures that lower the count no longer count in a row, a segment
 /// silent for twice the stall timeout beside receiving peers is a stall, and "lowering" follows the accepted head.
-@Suite("Segment schedule under attack, second round")
-struct SegmentScheduleAttackTests2 {
+@Suite("Stalls and back-off under attack: the schedule")
+struct StallAndBackOffScheduleAttackTests {
     static let mebibyte: Int64 = 1 << 20
 
     static func schedule(
@@ -109,8 +109,8 @@ struct SegmentScheduleAttackTests2 {
     }
 }
 
-@Suite("Segments end to end under attack, second round")
-struct SegmentedAttackTests2 {
+@Suite("Stalls and back-off under attack: end to end")
+struct StallAndBackOffEndToEndAttackTests {
     @Test(
         "A server that cuts every range answer right after its 206 head, while the first answer streams: a bounded number of requests"
     )
