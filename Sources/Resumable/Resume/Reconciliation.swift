@@ -10,11 +10,13 @@ import Foundation
 package struct PartialFileReport: Sendable {
     /// The verdict.
     package enum State: Sendable {
-        /// Present, ours, and exactly the token's offset long.
+        /// Present, ours, and exactly as long as the bytes the token lists reach (its offset, or the end of its last
+        /// range).
         case consistent
-        /// Present and ours, but shorter: a resume continues from its size.
+        /// Present and ours, but shorter: a resume keeps what the file still holds of the listed bytes and asks for
+        /// the rest.
         case shorter
-        /// Present and ours, but longer: a resume cuts it to the offset first.
+        /// Present and ours, but longer: a resume first cuts it where the listed bytes end.
         case longer
         /// Gone, and the download was not finished: a resume starts over, but only into a destination the
         /// caller chooses (nothing proves the token's destination is the caller's own); without one it fails
@@ -30,6 +32,20 @@ package struct PartialFileReport: Sendable {
     package let state: State
     /// The temporary file's size, when it is present and ours.
     package let size: Int64?
+    /// How many of its bytes a resume keeps (``ResumeToken/kept(inFileOf:)``), when it is present and ours.
+    package let keptBytes: Int64?
+    /// Where a resume cuts a longer file: where the bytes the token lists end.
+    package let listedEnd: Int64
+
+    init(state: State, size: Int64?, token: ResumeToken) {
+        self.state = state
+        self.size = size
+        listedEnd = token.listedEnd
+        keptBytes = size.map { size in
+            let kept = token.kept(inFileOf: size)
+            return kept.offset + kept.ranges.count
+        }
+    }
 }
 
 /// Reconciles a token with what is on disk, before a resume touches anything: one set of checks shared by
@@ -90,16 +106,16 @@ package enum Reconciliation {
             }
             switch examination {
             case .present(_, let size):
-                let state: PartialFileReport.State =
-                    size == token.offset ? .consistent : size < token.offset ? .shorter : .longer
-                return PartialFileReport(state: state, size: size)
+                let end = token.listedEnd
+                let state: PartialFileReport.State = size == end ? .consistent : size < end ? .shorter : .longer
+                return PartialFileReport(state: state, size: size, token: token)
             case .missing:
-                return PartialFileReport(state: .missing, size: nil)
+                return PartialFileReport(state: .missing, size: nil, token: token)
             case .finished(let path, _):
-                return PartialFileReport(state: .finished(path: path), size: nil)
+                return PartialFileReport(state: .finished(path: path), size: nil, token: token)
             }
         } catch {
-            return PartialFileReport(state: .refused(error), size: nil)
+            return PartialFileReport(state: .refused(error), size: nil, token: token)
         }
     }
 

@@ -81,12 +81,12 @@ struct ResumeState: Hashable, Sendable {
     ) {
         self.url = replacingURL ?? token.url
         self.originalURL = replacingURL ?? token.originalURL
-        self.offset = tempPath == token.tempPath ? min(token.offset, bytesOnDisk) : 0
         if tempPath == token.tempPath {
-            // Ranges the file no longer holds (it is shorter than the token says) are downloaded again.
-            var ranges = ByteRangeSet(token.completedRanges)
-            ranges.clip(to: bytesOnDisk)
-            self.completedRanges = ranges
+            let kept = token.kept(inFileOf: bytesOnDisk)
+            self.offset = kept.offset
+            self.completedRanges = kept.ranges
+        } else {
+            self.offset = 0
         }
         self.expectedLength = token.expectedLength
         self.validators = Validators(
@@ -142,7 +142,7 @@ struct ResumeState: Hashable, Sendable {
             url: url,
             originalURL: originalURL,
             offset: offset,
-            completedRanges: completedRanges.ranges,
+            completedRanges: Self.listable(completedRanges.ranges),
             expectedLength: expectedLength,
             etag: validators.etag,
             lastModified: validators.lastModified,
@@ -157,4 +157,33 @@ struct ResumeState: Hashable, Sendable {
             updatedAt: updatedAt
         )
     }
+}
+
+extension ResumeState {
+    /// At most ``ResumeToken/maximumRangeCount`` of `ranges`, the longest ones, in file order: a token lists fewer
+    /// bytes than the file holds (those of a dropped range are asked again) rather than more ranges than a reader
+    /// takes. A resume of a token with many ranges adds a range per connection it starts; a crash must not leave a
+    /// token that cannot be read.
+    static func listable(_ ranges: [Range<Int64>]) -> [Range<Int64>] {
+        guard ranges.count > ResumeToken.maximumRangeCount else { return ranges }
+        let longest = ranges.indices.sorted {
+            (ranges[$0].upperBound - ranges[$0].lowerBound, $1) > (ranges[$1].upperBound - ranges[$1].lowerBound, $0)
+        }
+        return longest.prefix(ResumeToken.maximumRangeCount).sorted().map { ranges[$0] }
+    }
+}
+
+extension ResumeToken {
+    /// What a resume keeps of this token's temporary file when the file is `size` bytes long: the prefix, never
+    /// beyond the file, and the listed ranges the file still holds (the rest is asked again). The one rule for
+    /// ``ResumeState`` and for ``Reconciliation/inspect(_:)``.
+    func kept(inFileOf size: Int64) -> (offset: Int64, ranges: ByteRangeSet) {
+        var ranges = ByteRangeSet(completedRanges)
+        ranges.clip(to: size)
+        return (min(offset, size), ranges)
+    }
+
+    /// Where the bytes this token lists end: the end of its last range, or its offset. A resume cuts a longer
+    /// temporary file there before it asks for more.
+    var listedEnd: Int64 { completedRanges.last?.upperBound ?? offset }
 }

@@ -32,25 +32,32 @@ struct InspectCommand: CLICommand {
         /// Why `resume TOKEN` would refuse, when it would.
         let error: ResumableError?
 
-        init(_ report: PartialFileReport, offset: Int64) {
+        /// `listsRanges`: the token lists ranges beyond its offset (version 2), which a resume keeps too.
+        init(_ report: PartialFileReport, listsRanges: Bool) {
             size = report.size
             let bytes = report.size ?? 0
+            let kept = report.keptBytes ?? 0
+            let reference = listsRanges ? "the listed ranges, which end at byte \(report.listedEnd)" : "the offset"
             switch report.state {
             case .consistent:
                 (state, sentence, exitCode, error) = (
-                    "consistent", "present, \(bytes) bytes: consistent with the offset", .success, nil
+                    "consistent", "present, \(bytes) bytes: consistent with \(reference)", .success, nil
                 )
             case .shorter:
+                let then =
+                    listsRanges
+                    ? "a resume keeps the \(kept) listed bytes it still holds and asks for the rest"
+                    : "a resume continues from byte \(bytes)"
                 (state, sentence, exitCode, error) = (
-                    "shorter",
-                    "present, \(bytes) bytes: shorter than the offset; a resume continues from byte \(bytes)",
-                    .success, nil
+                    "shorter", "present, \(bytes) bytes: shorter than \(reference); \(then)", .success, nil
                 )
             case .longer:
+                let then =
+                    listsRanges
+                    ? "a resume first cuts it to \(report.listedEnd) bytes, keeping the \(kept) bytes listed"
+                    : "a resume first cuts it to \(report.listedEnd) bytes"
                 (state, sentence, exitCode, error) = (
-                    "longer",
-                    "present, \(bytes) bytes: longer than the offset; a resume first cuts it to \(offset) bytes",
-                    .success, nil
+                    "longer", "present, \(bytes) bytes: longer than \(reference); \(then)", .success, nil
                 )
             case .missing:
                 (state, sentence, exitCode, error) = (
@@ -102,13 +109,18 @@ struct InspectCommand: CLICommand {
             return .dataError
         }
         // Exactly the checks `resume` runs, from the library.
-        let verdict = Verdict(Reconciliation.inspect(token), offset: token.offset)
+        let verdict = Verdict(Reconciliation.inspect(token), listsRanges: !token.completedRanges.isEmpty)
         if json {
             Console.out(Self.jsonReport(token, verdict: verdict, tokenURL: tokenURL).serialized)
         } else {
             Console.out(Self.textReport(token, verdict: verdict, tokenURL: tokenURL))
         }
         return verdict.exitCode
+    }
+
+    /// The bytes the token lists: its offset, and the ranges beyond it (version 2).
+    private static func listedBytes(_ token: ResumeToken) -> Int64 {
+        token.completedRanges.reduce(token.offset) { $0 + ($1.upperBound - $1.lowerBound) }
     }
 
     private static func textReport(
@@ -121,11 +133,15 @@ struct InspectCommand: CLICommand {
         if token.originalURL != token.url {
             lines.append(("Original URL", token.originalURL.absoluteString))
         }
+        let listed = Self.listedBytes(token)
+        let ranges =
+            token.completedRanges.isEmpty
+            ? "" : " listed: the first \(token.offset) and \(token.completedRanges.count) ranges beyond them"
         if let total = token.expectedLength {
             lines.append(
                 (
                     "Progress",
-                    "\(token.offset) of \(total) bytes (\(ByteFormat.precisePercent(token.offset, of: total)))"
+                    "\(listed) of \(total) bytes (\(ByteFormat.precisePercent(listed, of: total)))\(ranges)"
                 ))
         } else {
             lines.append(("Progress", "\(token.offset) bytes (total unknown)"))
@@ -179,7 +195,7 @@ struct InspectCommand: CLICommand {
         }
         var fraction = JSONValue.null
         if let total = token.expectedLength, total > 0 {
-            fraction = .double(Double(token.offset) / Double(total))
+            fraction = .double(Double(listedBytes(token)) / Double(total))
         }
         return .object([
             ("status", .string("valid")),
