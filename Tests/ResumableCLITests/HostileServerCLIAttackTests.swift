@@ -127,4 +127,47 @@ struct HostileServerCLIAttackTests {
         }
         sandbox.expectNothingOutside()
     }
+
+    /// Rule broken: "nothing downloaded is lost without need".
+    ///
+    /// The token file's default path is `<directory>/<suggested name>.resumable.json`, and the suggested name is the
+    /// server's (`TokenFile.defaultURL`). An unfinished download Y left `a.bin.resumable.json`; an unrelated download
+    /// X from another server that also names its file `a.bin` is cut too, and `TokenFile.write` replaces Y's token
+    /// with X's (it only refuses when Y is running, and warns). Y's partial file stays on disk, but no token names
+    /// it any more: it can never be resumed, nor is it ever cleaned up.
+    @Test(
+        "get: another server's download that suggests the same name never replaces an unfinished download's token",
+        arguments: ["libcurl", "urlsession"])
+    func sameSuggestedNameReplacesToken(transport: String) async throws {
+        let sandbox = try Sandbox()
+        let first = try LoopbackServer()
+        defer { first.shutdown() }
+        let second = try LoopbackServer()
+        defer { second.shutdown() }
+        for (server, seed) in [(first, UInt64(1)), (second, UInt64(2))] {
+            server.register(
+                .bytes(
+                    Resource.generatedBytes(seed: seed, range: 0..<10_000),
+                    contentDisposition: "attachment; filename=\"a.bin\""),
+                at: "/\(seed).bin")
+            server.enqueue(behavior: Behavior(dropAfterBytes: 5000), for: "/\(seed).bin")
+        }
+        let arguments = ["-o", sandbox.output.path + "/", "--retries", "0", "-q", "--transport", transport]
+        let cutY = try await CLIProcess.run(
+            ["get", first.url(for: "/1.bin").absoluteString] + arguments, in: sandbox.scratch.url)
+        try #require(cutY.exitCode == 75, "\(cutY)")
+        let tokenY = try ResumeToken(contentsOf: sandbox.output.appendingPathComponent("a.bin.resumable.json"))
+        let cutX = try await CLIProcess.run(
+            ["get", second.url(for: "/2.bin").absoluteString] + arguments, in: sandbox.scratch.url)
+        #expect(cutX.exitCode == 75, "\(cutX)")
+        #expect(FileManager.default.fileExists(atPath: tokenY.tempPath), "Y's partial file is still there")
+        let tokens = sandbox.scratch.contents(of: sandbox.output).filter { $0.hasSuffix(".resumable.json") }.compactMap
+        {
+            try? ResumeToken(contentsOf: sandbox.output.appendingPathComponent($0))
+        }
+        #expect(
+            tokens.contains { $0.tempPath == tokenY.tempPath },
+            "no token names Y's partial file any more: \(cutX.stderr)")
+        sandbox.expectNothingOutside()
+    }
 }
