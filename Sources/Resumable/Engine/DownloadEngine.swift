@@ -211,6 +211,7 @@ final class DownloadEngine: Sendable {
         }
         defer { session.close() }
         var failuresInARow = 0
+        var fruitlessInARow = 0
         while true {
             if let stopped = stoppedError() { return .failure(stopped) }
             let (before, plan) = state.withLock { state in
@@ -231,7 +232,10 @@ final class DownloadEngine: Sendable {
             } catch {
                 return .failure(error)
             }
-            let bytesBefore = state.withLock { $0.machine.state.bytesOnDisk }
+            // Progress is measured against the bytes kept before the request was planned: bytes that planning dropped
+            // (nothing could prove a join safe) and the attempt fetched again are no progress, or a server that cuts
+            // every answer where the last one ended would be retried, and asked again, without end.
+            let bytesBefore = before.state.bytesOnDisk
             let ended = await transfer(transportRequest(plan.request), session: session)
             if let stopped = stoppedError() { return .failure(stopped) }
             // Progress is throttled while bytes arrive; report where this response left the file.
@@ -251,6 +255,16 @@ final class DownloadEngine: Sendable {
                 // Finished and concluded on one thread: one hop off the pool, not two.
                 return await Self.offThePool { self.conclude(self.finish()) }
             case .requestAgain:
+                // A 206 that covered less than asked: fine while the file grows; answers that leave it where it was
+                // (the same short 206 again and again) end the download.
+                fruitlessInARow = progressed ? 0 : fruitlessInARow + 1
+                guard fruitlessInARow <= ResumeStateMachine.maximumRestarts else {
+                    return .failure(
+                        ResumableError(
+                            .protocolViolation,
+                            "the server answered \(fruitlessInARow) requests in a row without bringing the file further"
+                        ))
+                }
                 continue
             case .fail(let error):
                 return .failure(error)
@@ -332,6 +346,12 @@ final class DownloadEngine: Sendable {
             guard size == resume.offset else {
                 throw ResumableError(
                     .fileSystem, "the temporary file '\(file.path)' holds \(size) bytes, expected \(resume.offset)")
+            }
+            // Never a file of another length than the representation's called finished (the state machine ends only
+            // there; this holds whatever path led here).
+            if let expected = resume.expectedLength, size != expected {
+                throw ResumableError(
+                    .protocolViolation, "the file holds \(size) bytes, but the server's file has \(expected)")
             }
             try file.synchronize()
             var digest: String?

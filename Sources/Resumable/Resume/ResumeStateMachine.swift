@@ -259,6 +259,15 @@ struct ResumeStateMachine: Sendable {
         if let complete, let expected = state.expectedLength, complete != expected, joining {
             return restartOrFail(.representationChanged, current)
         }
+        if complete == nil, let expected = state.expectedLength, last >= expected {
+            // `bytes a-b/*` running past the length this download knows: not the representation its bytes belong
+            // to, and a body that would make the file longer than that length.
+            return restartOrFail(
+                joining
+                    ? .representationChanged
+                    : .unjoinablePartial("it runs to byte \(last), past the known length \(expected)"),
+                current)
+        }
         if let declared = head.value("Content-Length") {
             guard let length = Self.decimal(declared), length == last - first + 1 else {
                 return restartOrFail(.unjoinablePartial("Content-Length \(declared) disagrees with \(header)"), current)
@@ -507,6 +516,11 @@ struct ResumeStateMachine: Sendable {
         if current.isPartial {
             // A 206 may cover less than asked (RFC 9110 §15.3.7): ask for the rest.
             guard let expected = state.expectedLength, state.offset >= expected else { return .requestAgain }
+            guard state.offset == expected else {
+                return .fail(
+                    ResumableError(
+                        .protocolViolation, "the file holds \(state.offset) bytes, more than its length \(expected)"))
+            }
             return .finished
         }
         if let expected = state.expectedLength, state.offset != expected {
