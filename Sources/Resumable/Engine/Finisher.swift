@@ -1,5 +1,11 @@
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Moves a finished temporary file into place under the destination's rules.
 struct Finisher: Sendable {
     let destination: DownloadTask.Destination
@@ -20,7 +26,7 @@ struct Finisher: Sendable {
         case .fail:
             do {
                 try file.move(to: wanted, replacing: false)
-            } catch  where FileManager.default.fileExists(atPath: wanted) {
+            } catch  where Self.isTaken(wanted) {
                 throw ResumableError(.destinationExists, "'\(wanted)' already exists")
             }
             return wanted
@@ -29,21 +35,28 @@ struct Finisher: Sendable {
             do {
                 try file.move(to: wanted, replacing: false)
                 return wanted
-            } catch  where FileManager.default.fileExists(atPath: wanted) {}
+            } catch  where Self.isTaken(wanted) {}
             let name = (wanted as NSString).lastPathComponent
             for _ in 0..<100 {
                 let free = SuggestedFilename.available(name) { candidate in
-                    FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent(candidate))
+                    Self.isTaken((directory as NSString).appendingPathComponent(candidate))
                 }
                 let path = (directory as NSString).appendingPathComponent(free)
                 do {
                     try file.move(to: path, replacing: false)
                     return path
-                } catch  where FileManager.default.fileExists(atPath: path) {
+                } catch  where Self.isTaken(path) {
                     continue  // Taken between the check and the move: try the next free name.
                 }
             }
             throw ResumableError(.destinationExists, "no free name for '\(wanted)'")
         }
+    }
+
+    /// Whether anything has the name `path`, a symbolic link too, even one that points nowhere: the moves never
+    /// replace one, so a dangling link must count as taken (`FileManager.fileExists` follows links and says no).
+    static func isTaken(_ path: String) -> Bool {
+        var status = stat()
+        return lstat(path, &status) == 0
     }
 }
