@@ -13,9 +13,14 @@ struct Validators: Hashable, Sendable {
         return strongLastModified
     }
 
-    /// The entity tag, when it is strong.
+    /// The entity tag, when it is strong and can be sent back byte for byte.
+    ///
+    /// A tag with bytes beyond ASCII (`obs-text`) is not used: a transport hands header bytes that are not UTF-8 over
+    /// as ISO-8859-1 characters, which go back out as UTF-8, so `If-Range` would name another tag, one a changed file
+    /// may have (measured: `ETag: "\xFF"` went back as `"\xC3\xBF"`). Without it, a resume relies on Last-Modified or
+    /// starts over.
     var strongETag: String? {
-        guard let etag, let tag = EntityTag(etag), !tag.isWeak else { return nil }
+        guard let etag, etag.utf8.allSatisfy({ $0 < 0x80 }), let tag = EntityTag(etag), !tag.isWeak else { return nil }
         return etag
     }
 
