@@ -189,27 +189,33 @@ struct GetTests {
         #expect(!scratch.contents().contains("file.bin.resumable.json"))
     }
 
-    @Test("Running get again instead of resume warns that the earlier partial file is no longer referenced")
-    func getAgainWarnsAboutOrphan() async throws {
+    @Test("Running get again instead of resume keeps the earlier download's token and says where this one's goes")
+    func getAgainKeepsEarlierToken() async throws {
         let served = try ServedFile(behavior: Behavior(dropAfterBytes: 100_000))
         let scratch = try ScratchDirectory()
         let first = try await CLIProcess.run(["get", served.url, "--retries", "0", "-q"], in: scratch.url)
         #expect(first.exitCode == 75, "\(first)")
-        let orphan = try #require(scratch.partialFiles().first)
+        let earlierPartial = try #require(scratch.partialFiles().first)
+        let earlierToken = try Data(contentsOf: scratch.file("file.bin.resumable.json"))
 
         // The warning comes with the second download's first checkpoint: the gate keeps the download from
         // finishing before it (a small file could otherwise end before any checkpoint).
         let gate = served.holdBody(after: 16 * 1024)
         let running = try CLIProcess(["get", served.url, "--timeout", "3600"], in: scratch.url)
         let warned = try await trickle(gate, bodyLength: served.length) {
-            running.stderrSoFar.contains("warning: replaced the resume token")
+            running.stderrSoFar.contains("keeps its resume token")
         }
         #expect(warned, "\(gate) \(running.stderrSoFar)")
+        #expect(running.stderrSoFar.contains("file.bin.2.resumable.json"), "\(running.stderrSoFar)")
         gate.open()
         let second = try await running.finish()
         #expect(second.exitCode == 0, "\(second)")
-        #expect(second.stderr.contains("warning: replaced the resume token of an earlier unfinished download"))
-        #expect(second.stderr.contains(orphan))
-        #expect(scratch.contents() == [orphan, "file.bin"])
+        // The earlier download is still resumable: its token and its partial file are untouched; the second
+        // download's token went away when it finished.
+        #expect(try Data(contentsOf: scratch.file("file.bin.resumable.json")) == earlierToken)
+        #expect(scratch.contents() == [earlierPartial, "file.bin", "file.bin.resumable.json"])
+        let resumed = try await CLIProcess.run(["resume", "file.bin.resumable.json", "-q"], in: scratch.url)
+        #expect(resumed.exitCode == 0, "\(resumed)")
+        #expect(try Data(contentsOf: scratch.file("file (1).bin")) == served.bytes, "\(scratch.contents())")
     }
 }

@@ -79,6 +79,13 @@ struct DownloadRunner {
                     renderer.emit(EventJSON.warning(message))
                     renderer.note("warning: " + message)
                 }
+                if let earlier = tokenFile.takeTokenKeptBeside() {
+                    let message =
+                        "an earlier unfinished download of '\(earlier.suggestedFilename)' (\(earlier.url.absoluteString), "
+                        + "\(earlier.offset) bytes) keeps its resume token; this download's is at \(url.path)"
+                    renderer.emit(EventJSON.warning(message))
+                    renderer.note("warning: " + message)
+                }
             case .failure(let error):
                 // The library stops the download: it never continues without a token on disk.
                 throw error

@@ -11,26 +11,33 @@ import Synchronization
 final class TokenFile: Sendable {
     private struct State {
         var url: URL?
+        /// Whether `url` was chosen by the user (`--token`, or the token being resumed), not derived from the name.
+        let chosen: Bool
         var lastToken: ResumeToken?
         var ended = false
         var replaced: ResumeToken?
+        /// The token file of another unfinished download that this run's first write found at the default path,
+        /// and left alone, once.
+        var keptBeside: ResumeToken?
     }
 
     private let state: Mutex<State>
 
-    /// A token file at `url`; with `nil` the file goes next to the destination (see ``defaultURL(for:)``).
+    /// A token file at `url`; with `nil` the file goes next to the destination (see ``defaultURL(for:number:)``).
     init(url: URL?, knownToken: ResumeToken? = nil) {
-        state = Mutex(State(url: url, lastToken: knownToken))
+        state = Mutex(State(url: url, chosen: url != nil, lastToken: knownToken))
     }
 
-    /// `<destination directory>/<final file name>.resumable.json`: beside where the finished file goes.
-    static func defaultURL(for token: ResumeToken) -> URL {
+    /// `<destination directory>/<final file name>.resumable.json`: beside where the finished file goes; with a
+    /// `number` from 2, `<final file name>.<number>.resumable.json`, for when that one is another download's.
+    static func defaultURL(for token: ResumeToken, number: Int = 1) -> URL {
+        let suffix = number > 1 ? ".\(number).resumable.json" : ".resumable.json"
         let destination = token.destination ?? ((token.tempPath as NSString).deletingLastPathComponent + "/")
         if destination.hasSuffix("/") {
             return URL(fileURLWithPath: destination, isDirectory: true)
-                .appendingPathComponent(token.suggestedFilename + ".resumable.json", isDirectory: false)
+                .appendingPathComponent(token.suggestedFilename + suffix, isDirectory: false)
         }
-        return URL(fileURLWithPath: destination + ".resumable.json", isDirectory: false)
+        return URL(fileURLWithPath: destination + suffix, isDirectory: false)
     }
 
     /// Where the token is (or would be) written, once known.
@@ -78,8 +85,8 @@ final class TokenFile: Sendable {
 
     /// The token of another, still resumable download that this run's first write replaced, once.
     ///
-    /// That happens when `get` is run again instead of `resume`: the earlier partial file stays on disk but
-    /// nothing points at it any more, which deserves a warning.
+    /// That happens only at a path the user chose (`--token`): the earlier partial file stays on disk but nothing
+    /// points at it any more, which deserves a warning.
     func takeReplacedToken() -> ResumeToken? {
         state.withLock { state in
             defer { state.replaced = nil }
@@ -87,15 +94,40 @@ final class TokenFile: Sendable {
         }
     }
 
+    /// The token of another unfinished download found where this download's token would have gone by default, and
+    /// left in place, once: this one's token went to the next free numbered name instead.
+    ///
+    /// That happens when `get` is run again instead of `resume`, or when another download, perhaps from another
+    /// server, suggested the same file name: replacing its token would leave its partial file resumable by nobody.
+    func takeTokenKeptBeside() -> ResumeToken? {
+        state.withLock { state in
+            defer { state.keptBeside = nil }
+            return state.keptBeside
+        }
+    }
+
     private static func write(_ token: ResumeToken, into state: inout State) -> Result<URL, ResumableError> {
-        let url = state.url ?? defaultURL(for: token)
-        if state.lastToken == nil, let earlier = try? ResumeToken(contentsOf: url), earlier.tempPath != token.tempPath {
-            // Another download that is running right now owns this token file: never take it over (its
-            // partial file would be orphaned, and our success would delete its token). The library stops.
-            if case .refused(let error) = Reconciliation.inspect(earlier).state, error.code == .tokenInUse {
-                return .failure(error)
+        var url = state.url ?? defaultURL(for: token)
+        if state.lastToken == nil {
+            var number = 1
+            while let earlier = try? ResumeToken(contentsOf: url), earlier.tempPath != token.tempPath {
+                // A download that is running right now owns this token file: never take it over (its partial file
+                // would be orphaned, and our success would delete its token). The library stops.
+                if case .refused(let error) = Reconciliation.inspect(earlier).state, error.code == .tokenInUse {
+                    return .failure(error)
+                }
+                // A token whose partial file is gone is no use to anyone: it is replaced.
+                guard FileManager.default.fileExists(atPath: earlier.tempPath) else { break }
+                // An unfinished download's token at a path the user named is replaced, with a warning (so is the
+                // thousandth of one name); at the default path it stays, and this one's goes to the next number.
+                guard !state.chosen, number < 1000 else {
+                    state.replaced = earlier
+                    break
+                }
+                if state.keptBeside == nil { state.keptBeside = earlier }
+                number += 1
+                url = defaultURL(for: token, number: number)
             }
-            if FileManager.default.fileExists(atPath: earlier.tempPath) { state.replaced = earlier }
         }
         state.url = url
         state.lastToken = token
