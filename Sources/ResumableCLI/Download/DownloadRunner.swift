@@ -72,17 +72,19 @@ struct DownloadRunner {
             switch tokenFile.checkpoint(token) {
             case .success(let url):
                 renderer.emit(EventJSON.checkpoint(token, at: url))
+                var warnings: [String] = []
                 if let earlier = tokenFile.takeReplacedToken() {
-                    let message =
+                    warnings.append(
                         "replaced the resume token of an earlier unfinished download at \(url.path); "
-                        + "its partial file (\(earlier.offset) bytes) is left at \(earlier.tempPath)"
-                    renderer.emit(EventJSON.warning(message))
-                    renderer.note("warning: " + message)
+                            + "its partial file (\(earlier.offset) bytes) is left at \(earlier.tempPath)")
                 }
                 if let earlier = tokenFile.takeTokenKeptBeside() {
-                    let message =
-                        "an earlier unfinished download of '\(earlier.suggestedFilename)' (\(earlier.url.absoluteString), "
-                        + "\(earlier.offset) bytes) keeps its resume token; this download's is at \(url.path)"
+                    warnings.append(
+                        "an earlier unfinished download of '\(earlier.suggestedFilename)' "
+                            + "(\(earlier.url.absoluteString), \(earlier.offset) bytes) keeps its resume token; "
+                            + "this download's is at \(url.path)")
+                }
+                for message in warnings {
                     renderer.emit(EventJSON.warning(message))
                     renderer.note("warning: " + message)
                 }
