@@ -240,24 +240,30 @@ final class DownloadEngine: Sendable {
             if let stopped = stoppedError() { return .failure(stopped) }
             // Progress is throttled while bytes arrive; report where this response left the file.
             emitProgress()
-            let (outcome, progressed) = state.withLock { state in
+            let (outcome, progressed, bodyEnded) = state.withLock { state in
                 let outcome: ResumeStateMachine.Outcome
+                // Whether the outcome is that of a body that was read to its end (not of a head: a redirect, a
+                // fall-back to the original URL, an answer dropped unread).
+                let bodyEnded: Bool
                 switch ended {
                 case .single(let transportError):
+                    bodyEnded = state.headOutcome == nil
                     outcome = state.headOutcome ?? state.machine.responseEnded(error: transportError)
                 case .segments(let outcomeOfSegments):
+                    bodyEnded = false
                     outcome = outcomeOfSegments
                 }
-                return (outcome, state.machine.state.bytesOnDisk > bytesBefore)
+                return (outcome, state.machine.state.bytesOnDisk > bytesBefore, bodyEnded)
             }
             switch outcome {
             case .finished:
                 // Finished and concluded on one thread: one hop off the pool, not two.
                 return await Self.offThePool { self.conclude(self.finish()) }
             case .requestAgain:
-                // A 206 that covered less than asked: fine while the file grows; answers that leave it where it was
-                // (the same short 206 again and again) end the download.
-                fruitlessInARow = progressed ? 0 : fruitlessInARow + 1
+                // A 206 that covered less than asked: fine while the file grows; bodies that leave it where it was
+                // (the same short 206 again and again) end the download. Redirects and other answers dropped at
+                // their head have limits of their own (the redirect limit, the state machine's).
+                if bodyEnded { fruitlessInARow = progressed ? 0 : fruitlessInARow + 1 }
                 guard fruitlessInARow <= ResumeStateMachine.maximumRestarts else {
                     return .failure(
                         ResumableError(

@@ -281,7 +281,7 @@ struct ResumeStateMachine: Sendable {
             // strong entity tag where the server is known to ignore entity-tag If-Ranges, and whatever validators
             // the 206 carries are the stored ones (RFC 9110 §15.3.7.3).
             let checked = current.sentIfRange || current.requiredETag != nil
-            let carriesRequiredTag = current.requiredETag.map { head.value("ETag") == $0 } ?? true
+            let carriesRequiredTag = current.requiredETag.map { Validators.identical(head.value("ETag"), $0) } ?? true
             guard checked, carriesRequiredTag, state.validators.agree(with: head) else {
                 return restartOrFail(.representationChanged, current)
             }
@@ -324,7 +324,8 @@ struct ResumeStateMachine: Sendable {
             length = parsed
         }
         if state.bytesOnDisk > 0, current.sentIfRange, current.requiredETag == nil, !ignoresEntityTagIfRange,
-            let tag = state.validators.strongETag, head.value("ETag") == tag, state.validators.agree(with: head)
+            let tag = state.validators.strongETag, Validators.identical(head.value("ETag"), tag),
+            state.validators.agree(with: head)
         {
             // A 200 to `If-Range: <tag>` that carries that same strong tag: the representation did not change, the
             // server just ignores entity-tag If-Ranges (some CDNs honor only dates). Drop this answer unread and
@@ -343,7 +344,9 @@ struct ResumeStateMachine: Sendable {
             }
             let previous = state.validators
             adoptValidators(head)
-            if previous.etag != state.validators.etag || previous.lastModified != state.validators.lastModified {
+            if !Validators.identical(previous.etag, state.validators.etag)
+                || !Validators.identical(previous.lastModified, state.validators.lastModified)
+            {
                 newFile = .representationChanged
             } else {
                 newFile = .wholeRepresentation
@@ -656,8 +659,10 @@ struct ResumeStateMachine: Sendable {
     /// Whether `head` names the stored representation: the stored ETag when there is one, else the stored
     /// Last-Modified date.
     private func carriesStoredValidators(_ head: ResponseHead) -> Bool {
-        if let etag = state.validators.etag { return head.value("ETag") == etag }
-        if let lastModified = state.validators.lastModified { return head.value("Last-Modified") == lastModified }
+        if let etag = state.validators.etag { return Validators.identical(head.value("ETag"), etag) }
+        if let lastModified = state.validators.lastModified {
+            return Validators.identical(head.value("Last-Modified"), lastModified)
+        }
         return false
     }
 

@@ -17,8 +17,8 @@ struct Validators: Hashable, Sendable {
     ///
     /// A tag with bytes beyond ASCII (`obs-text`) is not used: a transport hands header bytes that are not UTF-8 over
     /// as ISO-8859-1 characters, which go back out as UTF-8, so `If-Range` would name another tag, one a changed file
-    /// may have (measured: `ETag: "\xFF"` went back as `"\xC3\xBF"`). Without it, a resume relies on Last-Modified or
-    /// starts over.
+    /// may have (measured: `ETag: "\xFF"` went back as `"\xC3\xBF"`). Without it, a resume starts over: with an entity
+    /// tag present, `If-Range` never carries a date instead (RFC 9110 §13.1.5).
     var strongETag: String? {
         guard let etag, etag.utf8.allSatisfy({ $0 < 0x80 }), let tag = EntityTag(etag), !tag.isWeak else { return nil }
         return etag
@@ -49,8 +49,21 @@ struct Validators: Hashable, Sendable {
 
     /// Whether a response's validators, where it sends any, are these (RFC 9110 §15.3.7.3).
     func agree(with head: ResponseHead) -> Bool {
-        if let etag = head.value("ETag"), etag != self.etag { return false }
-        if let lastModified = head.value("Last-Modified"), lastModified != self.lastModified { return false }
+        if let etag = head.value("ETag"), !Self.identical(etag, self.etag) { return false }
+        if let lastModified = head.value("Last-Modified"), !Self.identical(lastModified, self.lastModified) {
+            return false
+        }
         return true
+    }
+
+    /// Whether two validator values are the same bytes. Never `String ==`, which holds canonically equivalent text
+    /// equal: `"K"` and `"\u{212A}"` (the Kelvin sign) are two entity tags to a server, which compares octets (RFC
+    /// 9110 §8.8.3.2), and taking them for one joined two versions of a file.
+    static func identical(_ a: String?, _ b: String?) -> Bool {
+        switch (a, b) {
+        case (nil, nil): true
+        case (let a?, let b?): a.utf8.elementsEqual(b.utf8)
+        default: false
+        }
     }
 }
