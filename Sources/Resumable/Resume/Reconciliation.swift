@@ -208,7 +208,10 @@ package enum Reconciliation {
         if let destination { allowed.append(destination.directoryPath) }
         if let temporaryDirectory { allowed.append(temporaryDirectory.standardizedFileURL.path) }
         let normalized = allowed.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
-        guard normalized.contains(URL(fileURLWithPath: directory).standardizedFileURL.path) else {
+        let actual = URL(fileURLWithPath: directory).standardizedFileURL.path
+        // Byte for byte: paths are bytes, and `String ==` holds canonically equivalent names (`é` as one code point or
+        // as `e` and a combining accent) equal, which are two directories.
+        guard normalized.contains(where: { $0.utf8.elementsEqual(actual.utf8) }) else {
             throw ResumableError.invalidToken(
                 field: "tempPath",
                 "is not in the destination's directory (\(tokenDestination(token).directoryPath)): \(token.tempPath)"

@@ -26,7 +26,10 @@ extension ResumeToken {
     /// - Returns: Whether a file was removed.
     @discardableResult
     package static func removeFile(at file: URL, ifItNames tempPath: String) -> Bool {
-        guard let token = try? ResumeToken(contentsOf: file), token.tempPath == tempPath else { return false }
+        // Byte for byte: two canonically equivalent paths that `String ==` holds equal are two files.
+        guard let token = try? ResumeToken(contentsOf: file), token.tempPath.utf8.elementsEqual(tempPath.utf8) else {
+            return false
+        }
         guard unlink(file.path) == 0 else { return false }
         DurableSteps.record(.unlink, file.path)
         return true

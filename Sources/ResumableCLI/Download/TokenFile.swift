@@ -110,7 +110,9 @@ final class TokenFile: Sendable {
         var url = state.url ?? defaultURL(for: token)
         if state.lastToken == nil {
             var number = 1
-            while let earlier = try? ResumeToken(contentsOf: url), earlier.tempPath != token.tempPath {
+            while let earlier = try? ResumeToken(contentsOf: url),
+                !earlier.tempPath.utf8.elementsEqual(token.tempPath.utf8)
+            {
                 // A download that is running right now owns this token file: never take it over (its partial file
                 // would be orphaned, and our success would delete its token). The library stops.
                 if case .refused(let error) = Reconciliation.inspect(earlier).state, error.code == .tokenInUse {

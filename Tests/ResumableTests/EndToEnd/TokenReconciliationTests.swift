@@ -127,6 +127,39 @@ struct TokenReconciliationTests {
         #expect(try Data(contentsOf: moved).count == 1000, "the file named by the token is untouched")
     }
 
+    /// Paths are bytes on Linux: `Café` spelled with U+00E9 and `Café` spelled `e` + U+0301 are two directories,
+    /// although Swift's `String ==` holds them equal (canonical equivalence). A token whose temporary file lies in the
+    /// other spelling is not beside the chosen destination.
+    @Test(
+        "A temporary file in a directory whose name is only canonically equivalent to the destination's is refused",
+        arguments: TransportKind.all)
+    func canonicallyEquivalentDirectoryRefused(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
+        fixture.serve(.bytes(testBytes(count: 5000)))
+        let token = try await fixture.interruptedToken(after: 1000)
+        let parent = try TemporaryDirectory()
+        let composed = parent.url.appendingPathComponent("Caf\u{E9}", isDirectory: true)
+        let decomposed = parent.url.appendingPathComponent("Cafe\u{301}", isDirectory: true)
+        try FileManager.default.createDirectory(at: composed, withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(at: decomposed, withIntermediateDirectories: false)
+        try #require(
+            try FileManager.default.contentsOfDirectory(atPath: parent.url.path).count == 2,
+            "two directories, byte-distinct")
+        let moved = decomposed.appendingPathComponent(URL(fileURLWithPath: token.tempPath).lastPathComponent)
+        try FileManager.default.copyItem(atPath: token.tempPath, toPath: moved.path)
+        var object = try #require(JSONSerialization.jsonObject(with: token.jsonData()) as? [String: Any])
+        object["tempPath"] = moved.path
+        object["destination"] = composed.path + "/"
+        let crafted = try ResumeToken(jsonData: JSONSerialization.data(withJSONObject: object))
+        let error = #expect(throws: ResumableError.self) {
+            try DownloadTask.resume(
+                from: crafted, destination: .directory(composed),
+                configuration: DownloadFixture.configuration(transport: transport))
+        }
+        #expect(error?.code == .invalidToken)
+        #expect(try Data(contentsOf: moved).count == 1000, "the file named by the token is untouched")
+    }
+
     @Test("A token whose temporary file is a symbolic link is refused", arguments: TransportKind.all)
     func symlinkRefused(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
