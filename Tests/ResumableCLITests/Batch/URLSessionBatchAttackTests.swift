@@ -94,4 +94,54 @@ struct URLSessionBatchAttackTests {
         let partial = (try? FileManager.default.contentsOfDirectory(atPath: scratch.url.path + "/state/partial")) ?? []
         #expect(partial.isEmpty, "temporary files left: \(partial)")
     }
+
+    /// SIGINT while every download's delivery thread waits in `--limit-rate 1k` (each 16 KiB piece waits some 16 s
+    /// behind the others'): the pause ends the waits, the batch exits with 130 within seconds, and `resume` continues
+    /// each file from its bytes.
+    @Test("SIGINT while URLSession downloads wait in --limit-rate 1k: exits at once, resume continues from the bytes")
+    func interruptWhileRateLimited() async throws {
+        let server = try LoopbackServer(configuration: .init(keepAlive: true))
+        defer { server.shutdown() }
+        let scratch = try ScratchDirectory()
+        var contents: [[UInt8]] = []
+        var list = ""
+        for index in 0..<4 {
+            let bytes = Resource.generatedBytes(seed: 950 + UInt64(index), range: 0..<300_000)
+            server.register(.bytes(bytes), at: "/r\(index).bin")
+            contents.append(bytes)
+            list += server.url(for: "/r\(index).bin").absoluteString + "\n"
+        }
+        try Data(list.utf8).write(to: scratch.file("list.txt"))
+        let process = try await CLIProcess.start(
+            [
+                "get", "-i", "list.txt", "-j", "4", "-o", "out/", "--state", "state", "--transport", "urlsession",
+                "--limit-rate", "1k", "-q",
+            ], in: scratch.url)
+        let partial = scratch.url.appendingPathComponent("state/partial")
+        let started = try await eventually(timeout: .seconds(60)) {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: partial.path)) ?? []
+            return names.count == 4
+                && names.allSatisfy { name in
+                    let size = (try? FileManager.default.attributesOfItem(atPath: partial.path + "/" + name))?[.size]
+                    return ((size as? NSNumber)?.int64Value ?? 0) > 0
+                }
+        }
+        try #require(started, "the downloads never wrote anything")
+        let clock = ContinuousClock()
+        let signalled = clock.now
+        process.send(SIGINT)
+        let interrupted = try await process.finish(timeout: .seconds(60))
+        let took = clock.now - signalled
+        #expect(interrupted.exitCode == 130, "\(interrupted)")
+        #expect(took < .seconds(10), "SIGINT took \(took) to end the batch")
+        let resumed = try await CLIProcess.run(
+            ["resume", "--state", "state", "--transport", "urlsession", "-q"], in: scratch.url)
+        #expect(resumed.exitCode == 0, "\(resumed)")
+        for (index, bytes) in contents.enumerated() {
+            let data = try? Data(contentsOf: scratch.url.appendingPathComponent("out/r\(index).bin"))
+            #expect(data == Data(bytes), "r\(index).bin")
+            let ranges = server.requests(for: "/r\(index).bin").map { $0.header("Range") }
+            #expect(ranges.count == 2 && ranges.last??.hasPrefix("bytes=") == true, "r\(index).bin: \(ranges)")
+        }
+    }
 }
