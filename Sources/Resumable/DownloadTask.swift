@@ -230,6 +230,13 @@ public final class DownloadTask: Sendable {
         return engine.makeToken()
     }
 
+    /// ``cancelProducingResumeData()`` without waiting for the token: the transfer stops (also one waiting in a rate
+    /// limiter) and leaves its last token with the task's checkpointing. For an owner that is going away.
+    func requestPause(_ message: String) {
+        engine.requestStop(.pause(message))
+        task.cancel()
+    }
+
     /// Stops the transfer and deletes the temporary file; ``value`` throws ``ResumableError/Code/cancelled`` with
     /// no token, and a ``Configuration/checkpointing`` file is removed.
     public func cancel() {

@@ -14,6 +14,9 @@ import Foundation
 /// let summary = await queue.waitUntilIdle()
 /// ```
 ///
+/// A queue that is released (its last reference dropped) pauses the downloads it runs, as ``suspend()`` would
+/// without waiting for them: each leaves its token with the store, and a queue restored from it later continues them.
+///
 /// `QueueSchedule` decides which downloads run; the queue performs its decisions.
 public actor DownloadQueue {
     /// Identifies a download in a queue and in its ``TaskStore``.
@@ -220,6 +223,10 @@ public actor DownloadQueue {
     }
 
     deinit {
+        // The running downloads pause: closing the session alone does not reach one that waits in a rate limiter,
+        // which would go on (holding its temporary file, the session and the task store) until its turn came, minutes
+        // at a low rate. Each leaves its token with the store, as a pause does.
+        for entry in entries.values { entry.task?.requestPause("the download queue was released") }
         for continuation in subscribers.values { continuation.finish() }
         sharedSession?.close()
     }
