@@ -210,8 +210,7 @@ final class DownloadEngine: Sendable {
             return .failure(error)
         }
         defer { session.close() }
-        var failuresInARow = 0
-        var fruitlessInARow = 0
+        var limits = AttemptLimits(maximumRetries: configuration.retry.maximumRetries)
         while true {
             if let stopped = stoppedError() { return .failure(stopped) }
             let (before, plan) = state.withLock { state in
@@ -232,9 +231,7 @@ final class DownloadEngine: Sendable {
             } catch {
                 return .failure(error)
             }
-            // Progress is measured against the bytes kept before the request was planned: bytes that planning dropped
-            // (nothing could prove a join safe) and the attempt fetched again are no progress, or a server that cuts
-            // every answer where the last one ended would be retried, and asked again, without end.
+            // Progress is measured against the bytes kept before the request was planned (see AttemptLimits).
             let bytesBefore = before.state.bytesOnDisk
             let ended = await transfer(transportRequest(plan.request), session: session)
             if let stopped = stoppedError() { return .failure(stopped) }
@@ -260,25 +257,16 @@ final class DownloadEngine: Sendable {
                 // Finished and concluded on one thread: one hop off the pool, not two.
                 return await Self.offThePool { self.conclude(self.finish()) }
             case .requestAgain:
-                // A 206 that covered less than asked: fine while the file grows; bodies that leave it where it was
-                // (the same short 206 again and again) end the download. Redirects and other answers dropped at
-                // their head have limits of their own (the redirect limit, the state machine's).
-                if bodyEnded { fruitlessInARow = progressed ? 0 : fruitlessInARow + 1 }
-                guard fruitlessInARow <= ResumeStateMachine.maximumRestarts else {
-                    return .failure(
-                        ResumableError(
-                            .protocolViolation,
-                            "the server answered \(fruitlessInARow) requests in a row without bringing the file further"
-                        ))
+                guard limits.askingAgain(progressed: progressed, bodyEnded: bodyEnded) == .askAgain else {
+                    return .failure(limits.fruitlessError)
                 }
                 continue
             case .fail(let error):
                 return .failure(error)
             case .retry(let error):
-                failuresInARow = progressed ? 1 : failuresInARow + 1
-                guard failuresInARow <= configuration.retry.maximumRetries else { return .failure(error) }
-                let delay = configuration.retry.delay(attempt: failuresInARow, serverAsked: error.retryAfter)
-                events.send(.retrying(attempt: failuresInARow, delay: delay, error: error))
+                guard case .retry(let attempt) = limits.retrying(progressed: progressed) else { return .failure(error) }
+                let delay = configuration.retry.delay(attempt: attempt, serverAsked: error.retryAfter)
+                events.send(.retrying(attempt: attempt, delay: delay, error: error))
                 try? await Task.sleep(for: delay)
             }
         }
