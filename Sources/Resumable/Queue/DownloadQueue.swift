@@ -222,11 +222,26 @@ public actor DownloadQueue {
         for continuation in subscribers.values { continuation.yield(event) }
     }
 
-    deinit {
-        // The running downloads pause: closing the session alone does not reach one that waits in a rate limiter,
-        // which would go on (holding its temporary file, the session and the task store) until its turn came, minutes
-        // at a low rate. Each leaves its token with the store, as a pause does.
-        for entry in entries.values { entry.task?.requestPause("the download queue was released") }
+    isolated deinit {
+        // The running downloads stop: closing the session alone does not reach one that waits in a rate limiter, which
+        // would go on (holding its temporary file, the session and the task store) until its turn came, minutes at a
+        // low rate. What the queue would have done when each ended (`ended`), it cannot do any more: it is done here.
+        for (id, entry) in entries {
+            guard let task = entry.task else { continue }
+            if entry.cancelRequested {
+                // The user's cancel stands: the task discards its bytes, and the record goes.
+                task.cancel()
+                store?.remove(id)
+                continue
+            }
+            if schedule.phase(of: id) == .pausing {
+                // The user's pause (or a suspend) stands. The record keeps accepting checkpoints, so the pause's
+                // last token still reaches it.
+                try? persist(id, state: .paused, running: nil)
+            }
+            // Otherwise the record stays queued: a restored queue runs the download again from its token.
+            task.requestPause("the download queue was released")
+        }
         for continuation in subscribers.values { continuation.finish() }
         sharedSession?.close()
     }
@@ -702,7 +717,8 @@ public actor DownloadQueue {
     private func discardTemporaryFile(of token: ResumeToken?) {
         guard let store, let token else { return }
         let path = token.tempPath
-        guard (path as NSString).deletingLastPathComponent == store.partialPath,
+        // Byte for byte: a directory whose name is only canonically equivalent to `partial/` is another one.
+        guard (path as NSString).deletingLastPathComponent.utf8.elementsEqual(store.partialPath.utf8),
             TemporaryFileName.isValid((path as NSString).lastPathComponent)
         else { return }
         store.removeUnownedTemporaryFiles(keeping: [], only: path)

@@ -482,7 +482,8 @@ public final class TaskStore: Sendable {
     func removeUnownedTemporaryFiles(keeping referenced: Set<String>, only: String? = nil) -> [String] {
         let names: [String]
         if let only {
-            guard (only as NSString).deletingLastPathComponent == partialPath else { return [] }
+            // Byte for byte: a directory whose name is only canonically equivalent to `partial/` is another one.
+            guard (only as NSString).deletingLastPathComponent.utf8.elementsEqual(partialPath.utf8) else { return [] }
             names = [(only as NSString).lastPathComponent]
         } else {
             names = (try? FileManager.default.contentsOfDirectory(atPath: partialPath)) ?? []

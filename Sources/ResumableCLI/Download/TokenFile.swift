@@ -2,6 +2,12 @@ import Foundation
 import Resumable
 import Synchronization
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// The file a download's resume token lives in, and its only writer.
 ///
 /// Checkpoints arrive from the library on other threads while data flows; the final token (or the removal of
@@ -110,9 +116,21 @@ final class TokenFile: Sendable {
         var url = state.url ?? defaultURL(for: token)
         if state.lastToken == nil {
             var number = 1
-            while let earlier = try? ResumeToken(contentsOf: url),
-                !earlier.tempPath.utf8.elementsEqual(token.tempPath.utf8)
-            {
+            while let existing = Self.existingFileSize(at: url) {
+                let earlier: ResumeToken
+                do {
+                    earlier = try ResumeToken(contentsOf: url)
+                } catch {
+                    // Not a token: a finished download a server named so, or anything else of the user's. Never
+                    // replaced (a token written there would be removed when the download ends, taking the file with
+                    // it), except an empty file the user named (`--token "$(mktemp)"`).
+                    if state.chosen, existing == 0 { break }
+                    guard !state.chosen, number < 1000 else { return .failure(error) }
+                    number += 1
+                    url = defaultURL(for: token, number: number)
+                    continue
+                }
+                if earlier.tempPath.utf8.elementsEqual(token.tempPath.utf8) { break }
                 // A download that is running right now owns this token file: never take it over (its partial file
                 // would be orphaned, and our success would delete its token). The library stops.
                 if case .refused(let error) = Reconciliation.inspect(earlier).state, error.code == .tokenInUse {
@@ -139,5 +157,13 @@ final class TokenFile: Sendable {
         } catch {
             return .failure(error)
         }
+    }
+
+    /// The size of whatever has the name `url` (a symbolic link too, even a dangling one: `lstat`), or `nil` when
+    /// nothing has.
+    private static func existingFileSize(at url: URL) -> Int64? {
+        var status = stat()
+        guard lstat(url.path, &status) == 0 else { return nil }
+        return Int64(status.st_size)
     }
 }
