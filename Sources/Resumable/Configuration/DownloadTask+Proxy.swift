@@ -204,7 +204,9 @@ struct ProxyAddress: Hashable, Sendable, CustomStringConvertible {
         }
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         host = host.removingPercentEncoding ?? host
-        guard !host.isEmpty, !host.contains(where: { $0.isWhitespace || $0 == "/" || $0 == "@" }) else {
+        // A host name or an IP address, nothing else: a NUL would cut the name short on its way to curl (another
+        // proxy, with the credentials), and a name curl refuses comes back quoted in its error, password and all.
+        guard !host.isEmpty, host.utf8.allSatisfy(Self.isHostByte) else {
             return .invalid("it has no valid host")
         }
         let port = components.port ?? defaultPort
@@ -217,6 +219,24 @@ struct ProxyAddress: Hashable, Sendable, CustomStringConvertible {
         } else if let password = components.percentEncodedPassword {
             credentials = .init(user: "", password: password.removingPercentEncoding ?? password)
         }
+        if let credentials,
+            (credentials.user + credentials.password).unicodeScalars.contains(where: {
+                $0.value < 0x20 || $0.value == 0x7F
+            })
+        {
+            return .invalid("its user name or password holds a control character")
+        }
         return .address(ProxyAddress(host: host, port: port, credentials: credentials))
+    }
+
+    /// A byte of a host name (letters, digits, `-`, `.`, `_`) or of an IP address literal (`:`, hexadecimal digits).
+    private static func isHostByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+            UInt8(ascii: ":"):
+            true
+        default: false
+        }
     }
 }

@@ -118,10 +118,12 @@ struct ProxyRules: Sendable {
         }
     }
 
-    /// The host of `url` as curl compares it: without brackets.
+    /// The host of `url` as curl compares it: without brackets, and an IPv4 address in any of the spellings curl's
+    /// URL parser normalizes (`127.1`, `0x7f.1`, `2130706433`) in dotted decimal, as curl connects to it.
     static func host(of url: URL) -> String {
         var host = url.host ?? ""
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        if IPAddress.v4(host) == nil, let normalized = IPAddress.v4Normalized(host) { return normalized }
         return host
     }
 
@@ -246,6 +248,26 @@ enum IPAddress {
         var address = in_addr()
         guard inet_pton(AF_INET, text, &address) == 1 else { return nil }
         return UInt32(bigEndian: address.s_addr)
+    }
+
+    /// `text` in dotted decimal when it is an IPv4 address in one of the other forms `inet_aton` (and curl's URL
+    /// parser) reads: one to four parts, each decimal, octal (a leading `0`) or hexadecimal (`0x`); else `nil`.
+    static func v4Normalized(_ text: String) -> String? {
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 == UInt8(ascii: ".") || isHexOrX($0) }) else { return nil }
+        var address = in_addr()
+        guard inet_aton(text, &address) != 0 else { return nil }
+        var buffer = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
+        guard inet_ntop(AF_INET, &address, &buffer, socklen_t(buffer.count)) != nil else { return nil }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    private static func isHexOrX(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"),
+            UInt8(ascii: "A")...UInt8(ascii: "F"), UInt8(ascii: "x"), UInt8(ascii: "X"):
+            true
+        default: false
+        }
     }
 
     /// An IPv6 address, as its 16 bytes.

@@ -350,6 +350,46 @@ struct TransportFailure: Sendable, Equatable {
 
     // MARK: - The error
 
+    /// `text` with the user information of every URL in it (`scheme://user:password@`) replaced by `***`: a
+    /// transport's own sentence may quote a URL as it was given (curl quotes a proxy variable it cannot use, with its
+    /// password), and messages reach tokens' neighbours: the terminal, `--json` events, logs.
+    static func redactingUserInformation(_ text: String) -> String {
+        var bytes = Array(text.utf8)
+        var searchFrom = 0
+        while let marker = Self.find(Array("://".utf8), in: bytes, from: searchFrom) {
+            let start = marker + 3
+            var end = start
+            // The authority ends at `/`, `?`, `#`, whitespace, a quote or the end; user information before its last `@`.
+            var at: Int?
+            while end < bytes.count {
+                let byte = bytes[end]
+                if byte == UInt8(ascii: "/") || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "#") || byte <= 0x20
+                    || byte == UInt8(ascii: "'") || byte == UInt8(ascii: "\"")
+                {
+                    break
+                }
+                if byte == UInt8(ascii: "@") { at = end }
+                end += 1
+            }
+            if let at {
+                bytes.replaceSubrange(start..<at, with: Array("***".utf8))
+                searchFrom = start + 4
+            } else {
+                searchFrom = start
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func find(_ needle: [UInt8], in bytes: [UInt8], from start: Int) -> Int? {
+        guard needle.count <= bytes.count, start <= bytes.count - needle.count else { return nil }
+        for index in start...(bytes.count - needle.count)
+        where bytes[index..<(index + needle.count)].elementsEqual(needle) {
+            return index
+        }
+        return nil
+    }
+
     /// The error `cause` becomes. `detail` is the transport's own sentence (curl's error buffer, URLSession's
     /// description), kept at the end of the message for the specifics (a port, an OpenSSL reason).
     static func error(
@@ -359,6 +399,7 @@ struct TransportFailure: Sendable, Equatable {
         underlying: (any Error & Sendable)?
     ) -> ResumableError {
         let host = context.host
+        let detail = redactingUserInformation(detail)
         let because = detail.isEmpty ? "" : ": \(detail)"
         switch cause {
         case .connection:

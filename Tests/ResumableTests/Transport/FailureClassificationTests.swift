@@ -579,3 +579,34 @@ struct FailureClassificationTests {
         }
     }
 #endif
+
+@Suite("A transport's own sentence never carries a password")
+struct UserInformationRedactionTests {
+    @Test(
+        "User information of every URL in a message is replaced",
+        arguments: [
+            (
+                "Unsupported proxy syntax in 'http://alice:SECRET@pro!xy:3128'",
+                "Unsupported proxy syntax in 'http://***@pro!xy:3128'"
+            ),
+            ("a http://u:p@a/x and https://v:q@b?y", "a http://***@a/x and https://***@b?y"),
+            ("no url here, user@host", "no url here, user@host"),
+            ("http://host/path@here", "http://host/path@here"),
+            ("socks5://a:b:c@d@e:1", "socks5://***@e:1"),
+            ("", ""),
+        ])
+    func redacts(text: String, expected: String) {
+        #expect(TransportFailure.redactingUserInformation(text) == expected)
+    }
+
+    @Test("Every message made from a transport's sentence is redacted")
+    func errorsAreRedacted() {
+        let context = TransportFailure.Context(
+            TransportRequest(url: URL(string: "http://example.org/f")!, headers: [], idleTimeout: .seconds(1)))
+        let error = TransportFailure.error(
+            .proxyUnreachable, detail: "Could not resolve proxy: http://alice:SECRET@proxy", context: context,
+            underlying: nil)
+        #expect(!error.message.contains("SECRET"), "\(error.message)")
+        #expect(!error.message.contains("alice"), "\(error.message)")
+    }
+}
