@@ -31,7 +31,8 @@ enum StaticFileResolver {
             candidate += "/" + component
         }
         guard let resolved = realPath(candidate) else { return .notFound }
-        guard resolved.hasPrefix(rootReal == "/" ? "/" : rootReal + "/") else { return .forbidden }
+        // Byte for byte (`hasPrefix` holds canonically equivalent names equal, which are two directories).
+        guard resolved.utf8.starts(with: (rootReal == "/" ? "/" : rootReal + "/").utf8) else { return .forbidden }
         guard let info = FileInfo.of(path: resolved), info.isRegularFile else { return .notFound }
         return .file(URL(fileURLWithPath: resolved))
     }

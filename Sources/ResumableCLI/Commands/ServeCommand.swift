@@ -121,7 +121,9 @@ struct ServeCommand: CLICommand {
                 continue
             }
             let path = url.standardizedFileURL.resolvingSymlinksInPath().path
-            guard path.hasPrefix(root + "/") else { continue }
+            // Byte for byte: `hasPrefix` holds canonically equivalent names (`é`, `e` + U+0301) equal, which are
+            // two directories.
+            guard path.utf8.starts(with: (root + "/").utf8) else { continue }
             files.append((String(path.dropFirst(root.count + 1)), Int64(values.fileSize ?? 0)))
         }
         return files.sorted { $0.0 < $1.0 }

@@ -25,6 +25,8 @@ final class TokenFile: Sendable {
         /// The token file of another unfinished download that this run's first write found at the default path,
         /// and left alone, once.
         var keptBeside: ResumeToken?
+        /// The number in the default path's name (`<name>.<number>.resumable.json`), from 1 (none).
+        var number = 1
     }
 
     private let state: Mutex<State>
@@ -113,41 +115,43 @@ final class TokenFile: Sendable {
     }
 
     private static func write(_ token: ResumeToken, into state: inout State) -> Result<URL, ResumableError> {
+        // Checked before every write, not the first only: another file may take the path while the download runs.
         var url = state.url ?? defaultURL(for: token)
-        if state.lastToken == nil {
-            var number = 1
-            while let existing = Self.existingFileSize(at: url) {
-                let earlier: ResumeToken
-                do {
-                    earlier = try ResumeToken(contentsOf: url)
-                } catch {
-                    // Not a token: a finished download a server named so, or anything else of the user's. Never
-                    // replaced (a token written there would be removed when the download ends, taking the file with
-                    // it), except an empty file the user named (`--token "$(mktemp)"`).
-                    if state.chosen, existing == 0 { break }
-                    guard !state.chosen, number < 1000 else { return .failure(error) }
-                    number += 1
-                    url = defaultURL(for: token, number: number)
-                    continue
-                }
-                if earlier.tempPath.utf8.elementsEqual(token.tempPath.utf8) { break }
-                // A download that is running right now owns this token file: never take it over (its partial file
-                // would be orphaned, and our success would delete its token). The library stops.
-                if case .refused(let error) = Reconciliation.inspect(earlier).state, error.code == .tokenInUse {
-                    return .failure(error)
-                }
-                // A token whose partial file is gone is no use to anyone: it is replaced.
-                guard FileManager.default.fileExists(atPath: earlier.tempPath) else { break }
-                // An unfinished download's token at a path the user named is replaced, with a warning (so is the
-                // thousandth of one name); at the default path it stays, and this one's goes to the next number.
-                guard !state.chosen, number < 1000 else {
-                    state.replaced = earlier
-                    break
-                }
-                if state.keptBeside == nil { state.keptBeside = earlier }
-                number += 1
-                url = defaultURL(for: token, number: number)
+        while let emptyRegularFile = Self.isEmptyRegularFile(at: url) {
+            let earlier: ResumeToken
+            do {
+                earlier = try ResumeToken(contentsOf: url)
+            } catch {
+                // Not a token: a finished download a server named so, a pipe, anything else of the user's. Never
+                // replaced (a token written there would be removed when the download ends, taking the file with
+                // it), except an empty regular file the user named (`--token "$(mktemp)"`).
+                if state.chosen, emptyRegularFile { break }
+                guard !state.chosen, state.number < 1000 else { return .failure(error) }
+                state.number += 1
+                url = defaultURL(for: token, number: state.number)
+                continue
             }
+            // This download's own token, also one naming the file it used before a restart.
+            let own = [token.tempPath, state.lastToken?.tempPath].contains { path in
+                path.map { earlier.tempPath.utf8.elementsEqual($0.utf8) } ?? false
+            }
+            if own { break }
+            // A download that is running right now owns this token file: never take it over (its partial file
+            // would be orphaned, and our success would delete its token). The library stops.
+            if case .refused(let error) = Reconciliation.inspect(earlier).state, error.code == .tokenInUse {
+                return .failure(error)
+            }
+            // A token whose partial file is gone is no use to anyone: it is replaced.
+            guard FileManager.default.fileExists(atPath: earlier.tempPath) else { break }
+            // An unfinished download's token at a path the user named is replaced, with a warning (so is the
+            // thousandth of one name); at the default path it stays, and this one's goes to the next number.
+            guard !state.chosen, state.number < 1000 else {
+                state.replaced = earlier
+                break
+            }
+            if state.keptBeside == nil { state.keptBeside = earlier }
+            state.number += 1
+            url = defaultURL(for: token, number: state.number)
         }
         state.url = url
         state.lastToken = token
@@ -159,11 +163,11 @@ final class TokenFile: Sendable {
         }
     }
 
-    /// The size of whatever has the name `url` (a symbolic link too, even a dangling one: `lstat`), or `nil` when
-    /// nothing has.
-    private static func existingFileSize(at url: URL) -> Int64? {
+    /// `nil` when nothing has the name `url` (a symbolic link counts, even a dangling one: `lstat`); else whether it
+    /// is an empty regular file (a pipe, a socket or a device has no size either, and is no such file).
+    private static func isEmptyRegularFile(at url: URL) -> Bool? {
         var status = stat()
         guard lstat(url.path, &status) == 0 else { return nil }
-        return Int64(status.st_size)
+        return (status.st_mode & S_IFMT) == S_IFREG && status.st_size == 0
     }
 }
