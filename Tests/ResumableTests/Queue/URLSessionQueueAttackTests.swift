@@ -10,17 +10,6 @@ import Testing
 /// consumer is blocked, a released queue, and a restore from the same store afterwards.
 @Suite("Queue attack on the URLSession transport: storms, rate limits, restores", .serialized)
 struct URLSessionQueueAttackTests {
-    /// A seeded generator, so that a failing storm can be replayed (the seed is in every message).
-    struct SplitMix64: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
 
     /// Threads of this process now.
     static func threadCount() -> Int {
@@ -69,7 +58,8 @@ struct URLSessionQueueAttackTests {
             UInt64(1), 2, 3,
         ])
     func storm(seed: UInt64) async throws {
-        var random = SplitMix64(state: seed)
+        // Seeded (Support/HostileValues.swift), so that a failing storm can be replayed (the seed is in every message).
+        var random = SplitMix64(seed: seed)
         let fixture = try DownloadFixture(transport: .urlSession, keepAlive: true)
         defer { fixture.server.shutdown() }
         let threadsBefore = Self.threadCount()
