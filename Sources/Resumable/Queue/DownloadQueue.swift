@@ -222,7 +222,9 @@ public actor DownloadQueue {
         for continuation in subscribers.values { continuation.yield(event) }
     }
 
-    isolated deinit {
+    // Not an `isolated deinit`: the 6.3 compiler's optimizer runs into a cycle on one (ActorIsolationRequest) when it
+    // builds a module that uses the queue in release mode. Stored properties are this deinit's alone.
+    deinit {
         // The running downloads stop: closing the session alone does not reach one that waits in a rate limiter, which
         // would go on (holding its temporary file, the session and the task store) until its turn came, minutes at a
         // low rate. What the queue would have done when each ended (`ended`), it cannot do any more: it is done here.
@@ -234,10 +236,10 @@ public actor DownloadQueue {
                 store?.remove(id)
                 continue
             }
-            if schedule.phase(of: id) == .pausing {
+            if schedule.phase(of: id) == .pausing, let store, let order = schedule.orderOf(id) {
                 // The user's pause (or a suspend) stands. The record keeps accepting checkpoints, so the pause's
                 // last token still reaches it.
-                try? persist(id, state: .paused, running: nil)
+                try? Self.persist(entry, id: id, order: order, in: store, state: .paused, running: nil)
             }
             // Otherwise the record stays queued: a restored queue runs the download again from its token.
             task.requestPause("the download queue was released")
@@ -701,6 +703,15 @@ public actor DownloadQueue {
         _ id: TaskID, state: TaskRecord.State?, running: Bool?, flushingDirectory: Bool = true
     ) throws(ResumableError) {
         guard let store, let entry = entries[id], let order = schedule.orderOf(id) else { return }
+        try Self.persist(
+            entry, id: id, order: order, in: store, state: state, running: running, flushingDirectory: flushingDirectory)
+    }
+
+    /// ``persist(_:state:running:flushingDirectory:)`` for an entry at `order`, also from `deinit`.
+    private static func persist(
+        _ entry: Entry, id: TaskID, order: Int64, in store: TaskStore, state: TaskRecord.State?, running: Bool?,
+        flushingDirectory: Bool = true
+    ) throws(ResumableError) {
         let current = store.record(id)
         let record = TaskRecord(
             id: id, url: entry.url, destination: entry.destination, priority: entry.priority, order: order,
