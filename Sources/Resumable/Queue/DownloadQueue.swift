@@ -704,7 +704,8 @@ public actor DownloadQueue {
     ) throws(ResumableError) {
         guard let store, let entry = entries[id], let order = schedule.orderOf(id) else { return }
         try Self.persist(
-            entry, id: id, order: order, in: store, state: state, running: running, flushingDirectory: flushingDirectory)
+            entry, id: id, order: order, in: store, state: state, running: running, flushingDirectory: flushingDirectory
+        )
     }
 
     /// ``persist(_:state:running:flushingDirectory:)`` for an entry at `order`, also from `deinit`.
