@@ -174,6 +174,8 @@ public actor DownloadQueue {
 
     private let configuration: Configuration
     private let store: TaskStore?
+    /// Why the store given to `init` is not used: another queue has it. Every call that needs it fails with this.
+    private let storeConflict: (directory: URL, error: ResumableError)?
     private var schedule: QueueSchedule
     private var entries: [TaskID: Entry] = [:]
     private var subscribers: [UUID: AsyncStream<Event>.Continuation] = [:]
@@ -187,10 +189,24 @@ public actor DownloadQueue {
     ///
     /// - Parameters:
     ///   - configuration: Limits and the configuration of every download.
-    ///   - store: Where unfinished downloads are kept across restarts; `nil`: in memory only.
+    ///   - store: Where unfinished downloads are kept across restarts; `nil`: in memory only. A store serves one
+    ///     queue for its whole life: a queue given a store another queue has uses none, and its ``add(_:destination:priority:expectedSHA256:paused:)``,
+    ///     ``add(contentsOf:)`` and ``restore()`` fail with ``ResumableError/Code/invalidRequest``.
     public init(configuration: Configuration = .default, store: TaskStore? = nil) {
         self.configuration = configuration
-        self.store = store
+        if let store, !store.claimForQueue() {
+            self.store = nil
+            storeConflict = (
+                store.directory,
+                ResumableError(
+                    .invalidRequest,
+                    "the task store at '\(store.directory.path)' is used by another queue; open it again (TaskStore(directory:)) for a new one"
+                )
+            )
+        } else {
+            self.store = store
+            storeConflict = nil
+        }
         self.schedule = QueueSchedule(
             limits: .init(
                 concurrent: configuration.maximumConcurrentDownloads,
@@ -265,6 +281,7 @@ public actor DownloadQueue {
         expectedSHA256: String? = nil,
         paused: Bool = false
     ) throws(ResumableError) -> TaskID {
+        if let storeConflict { throw storeConflict.error }
         let (id, actions) = try insert(
             Addition(
                 url, destination: destination, priority: priority, expectedSHA256: expectedSHA256, paused: paused),
@@ -305,6 +322,7 @@ public actor DownloadQueue {
     /// - Returns: The identifiers of the downloads added, in order, and why the next one could not be (the
     ///   errors of ``add(_:destination:priority:expectedSHA256:paused:)``), if one could not.
     public func add(contentsOf additions: [Addition]) -> (added: [TaskID], failure: ResumableError?) {
+        if let storeConflict { return ([], storeConflict.error) }
         var added: [TaskID] = []
         var actions: [QueueSchedule.Action] = []
         var failure: ResumableError?
@@ -376,6 +394,7 @@ public actor DownloadQueue {
     /// - Returns: The record files that could not be used; they are left where they are.
     @discardableResult
     public func restore() -> [TaskStore.Problem] {
+        if let storeConflict { return [TaskStore.Problem(file: storeConflict.directory, error: storeConflict.error)] }
         guard let store else { return [] }
         let (records, problems) = store.load()
         // Every temporary file a record or a download of this queue names is kept, not only the new ones'.

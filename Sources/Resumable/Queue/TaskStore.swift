@@ -27,6 +27,9 @@ import Synchronization
 public final class TaskStore: Sendable {
     /// The store's directory.
     public let directory: URL
+    /// Set by the first ``DownloadQueue`` given this store, for the store's life: a second queue would start the
+    /// first one's running downloads again, fail them as in use, and remove their records.
+    private let claimedByQueue = Atomic<Bool>(false)
     let tasksPath: String
     let partialPath: String
 
@@ -328,6 +331,12 @@ public final class TaskStore: Sendable {
         public var description: String { "\(file.path): \(error)" }
     }
 
+    /// Claims the store for one queue; false when another queue has it (for the store's whole life: a new queue
+    /// opens the directory again, once the old queue and its downloads let it go).
+    func claimForQueue() -> Bool {
+        !claimedByQueue.exchange(true, ordering: .acquiringAndReleasing)
+    }
+
     /// Reads every record; those that cannot be read are reported and left alone.
     ///
     /// Records that name the same temporary file are all refused: two downloads writing into one file would splice
@@ -415,6 +424,10 @@ public final class TaskStore: Sendable {
                 }
                 records.append(record)
             } catch {
+                // Removed between the listing and the read (`resumable list` beside a running batch, whose finished
+                // downloads' records go): nothing to report.
+                var status = stat()
+                if lstat(path, &status) != 0, errno == ENOENT { continue }
                 problems.append(Problem(file: URL(fileURLWithPath: path), error: error))
             }
         }

@@ -222,6 +222,9 @@ private protocol RoutedRequest: AnyObject, Sendable {
     func didComplete(error: (any Error)?)
     /// Ends the request at once with a cancellation: its session was closed.
     func abandon()
+    /// The session is closing and is about to cancel the task: from now on the request ends as cancelled, whatever
+    /// error FoundationNetworking reports for the cancelled transfer, and nothing more reaches the consumer.
+    func markClosing()
 }
 
 /// The delegate of a session: routes each task's callbacks to its request, by task identifier.
@@ -259,8 +262,11 @@ private final class TaskRouter: NSObject, URLSessionDataDelegate, Sendable {
 
     /// Cancels the task of every registered request (resumed or not), so that the session can end.
     func cancelAll() {
-        let tasks = requests.withLock { $0.values.map(\.task) }
-        for task in tasks { cancellation.cancel(task) }
+        let all = requests.withLock { Array($0.values) }
+        for routed in all {
+            routed.request.markClosing()
+            cancellation.cancel(routed.task)
+        }
     }
 
     private func request(for task: URLSessionTask) -> (any RoutedRequest)? {
@@ -390,6 +396,10 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
 
     /// Called on the transport's `calls` queue (``URLSessionTransport/close()``), after the task was cancelled: ends
     /// the request at once, whenever the session reports the task's end.
+    func markClosing() {
+        state.withLock { $0.cancelled = true }
+    }
+
     func abandon() {
         state.withLock { state in
             state.cancelled = true
