@@ -96,9 +96,14 @@ struct TokenPathAttackTests {
         try #require(report.exitCode == 0, "\(report)")
         try #require(try Data(contentsOf: tokenURL) == Data(reportBytes))
 
-        // Bytes flow again: a periodic checkpoint comes (or, fixed, never reaches that path). Five seconds are five
-        // checkpoint intervals.
-        _ = try await trickle(gate, bodyLength: length, timeout: .seconds(5)) { tokenOffset(at: tokenURL) != nil }
+        // Bytes flow again until the next checkpoint: it cannot go to the finished file, so it goes beside it, to the
+        // next numbered name (before the fix it went over the finished file).
+        let besideURL = output.appendingPathComponent("a.bin.2.resumable.json")
+        // Small steps, so that bytes keep arriving across several checkpoint intervals (a second each).
+        let checkpointedBeside = try await trickle(gate, bodyLength: length, step: 1024) {
+            tokenOffset(at: besideURL) != nil || (try? Data(contentsOf: tokenURL)) != Data(reportBytes)
+        }
+        #expect(checkpointedBeside, "no later checkpoint: \(scratch.contents(of: output))")
         gate.open()
         let done = try await first.finish()
         #expect(done.exitCode == 0, "\(done)")

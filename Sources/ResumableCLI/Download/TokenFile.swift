@@ -22,8 +22,8 @@ final class TokenFile: Sendable {
         var lastToken: ResumeToken?
         var ended = false
         var replaced: ResumeToken?
-        /// The token file of another unfinished download that this run's first write found at the default path,
-        /// and left alone, once.
+        /// The token file of another unfinished download that a write of this run found at the default path, and
+        /// left alone; reported once.
         var keptBeside: ResumeToken?
         /// The number in the default path's name (`<name>.<number>.resumable.json`), from 1 (none).
         var number = 1
@@ -91,7 +91,7 @@ final class TokenFile: Sendable {
         }
     }
 
-    /// The token of another, still resumable download that this run's first write replaced, once.
+    /// The token of another, still resumable download that a write of this run replaced; reported once.
     ///
     /// That happens only at a path the user chose (`--token`): the earlier partial file stays on disk but nothing
     /// points at it any more, which deserves a warning.
