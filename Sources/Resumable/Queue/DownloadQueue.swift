@@ -184,6 +184,14 @@ public actor DownloadQueue {
     /// One transport session for all the queue's downloads, so requests to a host reuse its kept-alive
     /// connections; made at the first start.
     private var sharedSession: SharedTransportSession?
+    private let hooks: Hooks
+
+    /// Test seams.
+    struct Hooks: Sendable {
+        /// Runs on the download's own thread right after its finished file's record left the store, before the
+        /// download's result reaches the queue.
+        var afterFinishedRecordRemoved: (@Sendable (TaskID) -> Void)?
+    }
 
     /// A queue with nothing in it.
     ///
@@ -193,7 +201,12 @@ public actor DownloadQueue {
     ///     queue for its whole life: a queue given a store another queue has uses none, and its ``add(_:destination:priority:expectedSHA256:paused:)``,
     ///     ``add(contentsOf:)`` and ``restore()`` fail with ``ResumableError/Code/invalidRequest``.
     public init(configuration: Configuration = .default, store: TaskStore? = nil) {
+        self.init(configuration: configuration, store: store, hooks: Hooks())
+    }
+
+    init(configuration: Configuration, store: TaskStore?, hooks: Hooks) {
         self.configuration = configuration
+        self.hooks = hooks
         if let store, !store.claimForQueue() {
             self.store = nil
             storeConflict = (
@@ -254,8 +267,11 @@ public actor DownloadQueue {
             }
             if schedule.phase(of: id) == .pausing, let store, let order = schedule.orderOf(id) {
                 // The user's pause (or a suspend) stands. The record keeps accepting checkpoints, so the pause's
-                // last token still reaches it.
-                try? Self.persist(entry, id: id, order: order, in: store, state: .paused, running: nil)
+                // last token still reaches it. Only a record still in the store: a download that finished while
+                // its pause was on the way removed its record when its file was in place, and writing one back
+                // would download the file again, under another name, on the next restore.
+                try? Self.persist(
+                    entry, id: id, order: order, in: store, state: .paused, running: nil, onlyIfPresent: true)
             }
             // Otherwise the record stays queued: a restored queue runs the download again from its token.
             task.requestPause("the download queue was released")
@@ -594,7 +610,11 @@ public actor DownloadQueue {
             ) { token in
                 try store.checkpoint(id, token: token)
             }
-            checkpointing.finished = { _ in store.remove(id, flushing: false) }
+            let afterRemoval = hooks.afterFinishedRecordRemoved
+            checkpointing.finished = { _ in
+                store.remove(id, flushing: false)
+                afterRemoval?(id)
+            }
             checkpointing.keepsInMemory = { token in store.checkpointInMemory(id, token: token) }
             download.checkpointing = checkpointing
         }
@@ -728,9 +748,12 @@ public actor DownloadQueue {
     }
 
     /// ``persist(_:state:running:flushingDirectory:)`` for an entry at `order`, also from `deinit`.
+    ///
+    /// `onlyIfPresent`: nothing is written unless the store holds the download's record (see
+    /// ``TaskStore/save(_:running:keepingCheckpoint:flushingDirectory:onlyIfPresent:)``).
     private static func persist(
         _ entry: Entry, id: TaskID, order: Int64, in store: TaskStore, state: TaskRecord.State?, running: Bool?,
-        flushingDirectory: Bool = true
+        flushingDirectory: Bool = true, onlyIfPresent: Bool = false
     ) throws(ResumableError) {
         let current = store.record(id)
         let record = TaskRecord(
@@ -741,7 +764,7 @@ public actor DownloadQueue {
         // The store's token as of the write, not of `current`: a checkpoint may land in between.
         try store.save(
             record, running: running ?? store.isRunning(id), keepingCheckpoint: true,
-            flushingDirectory: flushingDirectory)
+            flushingDirectory: flushingDirectory, onlyIfPresent: onlyIfPresent)
     }
 
     /// Removes the temporary file a cancelled download's token names, when it is the store's.

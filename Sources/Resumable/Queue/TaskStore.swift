@@ -194,12 +194,18 @@ public final class TaskStore: Sendable {
     /// `flushingDirectory` false: the record is written and flushed, but `tasks/` is not; a crash may lose the
     /// record until the caller's ``flushDirectory()``, which it calls before anything relies on the record (one
     /// flush for the records of many downloads added together).
+    ///
+    /// `onlyIfPresent`: nothing happens unless the store holds the record (read or written, and not removed since).
+    /// Checked under the record's stripe, so a ``remove(_:flushing:)`` on another thread is either before (nothing is
+    /// written) or after (the record goes): a record removed because its file is in place never comes back.
     func save(
-        _ record: TaskRecord, running: Bool, keepingCheckpoint: Bool = false, flushingDirectory: Bool = true
+        _ record: TaskRecord, running: Bool, keepingCheckpoint: Bool = false, flushingDirectory: Bool = true,
+        onlyIfPresent: Bool = false
     ) throws(ResumableError) {
         var record = record
         try stripe(record.id).lock.withLock { (_) throws(ResumableError) in
             let (unchanged, new) = state.withLock { state in
+                if onlyIfPresent, state.records[record.id] == nil { return (true, false) }
                 if keepingCheckpoint, let current = state.records[record.id], let token = current.token {
                     record.token = token
                     record.checkpointedAt = current.checkpointedAt
