@@ -40,3 +40,18 @@ int cresumable_rename_noreplace(const char *from, const char *to) {
     return ENOSYS;
 #endif
 }
+
+int cresumable_rename_exchange(const char *from, const char *to) {
+#if defined(__linux__) && defined(SYS_renameat2)
+    // RENAME_EXCHANGE (2): both names stay taken throughout; each now names the other's file.
+    if (syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, 2) != 0) return errno;
+    return 0;
+#elif defined(__APPLE__)
+    if (renamex_np(from, to, RENAME_SWAP) != 0) return errno;
+    return 0;
+#else
+    (void)from;
+    (void)to;
+    return ENOSYS;
+#endif
+}

@@ -225,7 +225,7 @@ extension ResumableError {
         ResumableError(.invalidToken, "resume token field '\(field)' \(reason)")
     }
 
-    static func fileSystem(_ operation: String, path: String, errno code: Int32) -> ResumableError {
+    package static func fileSystem(_ operation: String, path: String, errno code: Int32) -> ResumableError {
         let reason = String(cString: strerror(code))
         if code == ENOSPC || code == EFBIG || code == EDQUOT {
             return ResumableError(

@@ -61,6 +61,11 @@ int cresumable_preallocate(int descriptor, int64_t length);
 /// an errno value: `EEXIST` when `to` exists; `EINVAL`/`ENOSYS` where the file system or kernel cannot.
 int cresumable_rename_noreplace(const char *from, const char *to);
 
+/// Swaps the names `from` and `to` atomically, both of which must exist (`renameat2(RENAME_EXCHANGE)` on Linux,
+/// `renamex_np(RENAME_SWAP)` on Darwin). Returns 0 or an errno value: `ENOENT` when either is missing;
+/// `EINVAL`/`ENOSYS`/`ENOTSUP` where the file system or kernel cannot.
+int cresumable_rename_exchange(const char *from, const char *to);
+
 /// Catches the `count` signals in `numbers` with a handler that writes each signal's number, as one byte, to a
 /// pipe (and unblocks them on the calling thread). Returns 0 or an errno value.
 int cresumable_signals_install(const int *numbers, int count);

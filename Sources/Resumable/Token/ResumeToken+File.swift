@@ -1,3 +1,4 @@
+import CResumable
 import Foundation
 
 #if canImport(Glibc)
@@ -30,6 +31,9 @@ extension ResumeToken {
         guard let token = try? ResumeToken(contentsOf: file), token.tempPath.utf8.elementsEqual(tempPath.utf8) else {
             return false
         }
+        // A file that takes the name between the check and the unlink is removed: moving the token aside first to
+        // judge it there would close that instant, but a crash in between would leave a stray file beside the
+        // finished one. The writes, which happen throughout a download, are the ones made exact (`write(to:replacing:)`).
         guard unlink(file.path) == 0 else { return false }
         DurableSteps.record(.unlink, file.path)
         return true
@@ -97,6 +101,15 @@ extension ResumeToken {
     public func write(to file: URL) throws(ResumableError) {
         try AtomicFile.write(jsonData(), to: file.path)
     }
+
+    /// Writes the token to `file` atomically, as ``write(to:)`` does, only over what `expected` says is at `file`:
+    /// nothing, or the very file (device and inode) a caller looked at and judged replaceable.
+    ///
+    /// - Returns: false when `file` no longer holds `expected` (something took the name, or replaced the file,
+    ///   after the caller looked): nothing was replaced, and nothing of this write is left behind. Look again.
+    package func write(to file: URL, replacing expected: AtomicFile.Occupant) throws(ResumableError) -> Bool {
+        try AtomicFile.write(jsonData(), to: file.path, replacing: expected)
+    }
 }
 
 /// Crash-safe replacement of small files.
@@ -104,7 +117,21 @@ extension ResumeToken {
 /// Files are created with mode `0600` (less when the umask asks for less): a token may hold a signed URL, which
 /// is as good as a password until it expires. Replacing a file never widens its mode: one that was `0400`
 /// stays `0400`.
-enum AtomicFile {
+package enum AtomicFile {
+    /// What is at a path, as far as a write that may replace it cares: nothing, or one file (a symbolic link too,
+    /// not followed), told apart from any other by its device and inode.
+    package enum Occupant: Sendable, Equatable {
+        case nothing
+        case file(device: UInt64, inode: UInt64)
+
+        /// What is at `path` now (`lstat`); `nothing` also when it cannot be looked at.
+        package static func at(_ path: String) -> Occupant {
+            var status = stat()
+            guard lstat(path, &status) == 0 else { return .nothing }
+            return .file(device: UInt64(status.st_dev), inode: UInt64(status.st_ino))
+        }
+    }
+
     /// The mode a file written over `path` gets: `0600`, narrowed to the permissions of the regular file already
     /// at `path`, if any. `directory`: the descriptor `path` is relative to (`AT_FDCWD`: none).
     static func permissions(replacing path: String, in directory: Int32 = AT_FDCWD) -> Int {
@@ -127,6 +154,20 @@ enum AtomicFile {
     static func write(
         _ data: Data, name: String, in directory: Int32, path: String, creating: Bool = false
     ) throws(ResumableError) {
+        let sibling = try writeSibling(data, name: name, in: directory, path: path, creating: creating)
+        guard renameat(directory, sibling, directory, name) == 0 else {
+            let failure = ResumableError.fileSystem("renaming to", path: path, errno: errno)
+            unlinkat(directory, sibling, 0)
+            throw failure
+        }
+        DurableSteps.record(.tokenWrite, path)
+    }
+
+    /// Creates `name`'s sibling `name.writing` afresh, writes `data` into it and flushes it; returns the sibling's
+    /// name (relative to `directory`, like `name`). On failure nothing is left behind.
+    private static func writeSibling(
+        _ data: Data, name: String, in directory: Int32, path: String, creating: Bool
+    ) throws(ResumableError) -> String {
         // One fixed sibling name: a writer killed half way leaves it behind, and the next write replaces it.
         let sibling = name + ".writing"
         let siblingPath = path + ".writing"
@@ -166,13 +207,84 @@ enum AtomicFile {
             failure = .fileSystem("flushing", path: siblingPath, errno: errno)
         }
         close(descriptor)
-        if failure == nil, renameat(directory, sibling, directory, name) != 0 {
-            failure = .fileSystem("renaming to", path: path, errno: errno)
-        }
         if let failure {
             unlinkat(directory, sibling, 0)
             throw failure
         }
+        return sibling
+    }
+
+    /// Writes `data` over `path` as ``write(_:to:)`` does, only over what `expected` says is there; false (nothing
+    /// replaced, nothing left behind) when `path` no longer holds it.
+    ///
+    /// No instant at which another file can be replaced: over nothing, the rename fails when the name is taken
+    /// (`renameat2(RENAME_NOREPLACE)`; `link` where that is missing); over a file, the new one is swapped with what
+    /// is there (`renameat2(RENAME_EXCHANGE)`), and what came out is checked: the expected file is removed, anything
+    /// else is swapped back. Only where neither call exists is it a check, then a rename (the best available).
+    static func write(_ data: Data, to path: String, replacing expected: Occupant) throws(ResumableError) -> Bool {
+        let sibling = try writeSibling(data, name: path, in: AT_FDCWD, path: path, creating: expected == .nothing)
+        func unsupported(_ code: Int32) -> Bool {
+            code == EINVAL || code == ENOSYS || code == ENOTSUP || code == EOPNOTSUPP
+        }
+        func discard() { unlink(sibling) }
+        switch expected {
+        case .nothing:
+            let code = cresumable_rename_noreplace(sibling, path)
+            if code == EEXIST {
+                discard()
+                return false
+            }
+            if code != 0, unsupported(code) {
+                // link(2) fails with EEXIST instead of replacing: an atomic "create if absent".
+                guard link(sibling, path) == 0 else {
+                    let linkCode = errno
+                    discard()
+                    if linkCode == EEXIST { return false }
+                    throw .fileSystem("writing", path: path, errno: linkCode)
+                }
+                discard()
+            } else if code != 0 {
+                discard()
+                throw .fileSystem("renaming to", path: path, errno: code)
+            }
+        case .file:
+            let code = cresumable_rename_exchange(sibling, path)
+            if code == ENOENT {
+                // The expected file is gone: the name is free, or about to be taken; look again.
+                discard()
+                return false
+            }
+            if code != 0, unsupported(code) {
+                guard Occupant.at(path) == expected else {
+                    discard()
+                    return false
+                }
+                guard rename(sibling, path) == 0 else {
+                    let renameCode = errno
+                    discard()
+                    throw .fileSystem("renaming to", path: path, errno: renameCode)
+                }
+            } else if code != 0 {
+                discard()
+                throw .fileSystem("renaming to", path: path, errno: code)
+            } else if Occupant.at(sibling) != expected {
+                // Another file took the name after the caller looked: it goes back, and the new token goes.
+                let back = cresumable_rename_exchange(sibling, path)
+                guard back == 0 else {
+                    throw ResumableError(
+                        .fileSystem,
+                        "'\(path)' changed while a token was written over it, and could not be put back: the file that "
+                            + "was there is now '\(sibling)' (\(String(cString: strerror(back))))")
+                }
+                discard()
+                return false
+            } else {
+                // The expected file, now under the sibling's name.
+                discard()
+            }
+        }
         DurableSteps.record(.tokenWrite, path)
+        DurableSteps.flushDirectory((path as NSString).deletingLastPathComponent)
+        return true
     }
 }

@@ -115,9 +115,32 @@ final class TokenFile: Sendable {
     }
 
     private static func write(_ token: ResumeToken, into state: inout State) -> Result<URL, ResumableError> {
+        // Each write replaces only what its look judged replaceable; when the path changed between the look and the
+        // write (another process took the name), it looks again.
+        for _ in 0..<8 {
+            switch attempt(token, into: &state) {
+            case .written(let url): return .success(url)
+            case .failed(let error): return .failure(error)
+            case .changed: continue
+            }
+        }
+        let path = (state.url ?? defaultURL(for: token)).path
+        return .failure(.fileSystem("writing the resume token (the path kept changing) to", path: path, errno: EAGAIN))
+    }
+
+    private enum Attempt {
+        case written(URL)
+        case failed(ResumableError)
+        /// What was at the path when it was looked at is no longer there: nothing was written.
+        case changed
+    }
+
+    private static func attempt(_ token: ResumeToken, into state: inout State) -> Attempt {
         // Checked before every write, not the first only: another file may take the path while the download runs.
         var url = state.url ?? defaultURL(for: token)
-        while let emptyRegularFile = Self.isEmptyRegularFile(at: url) {
+        var occupant = AtomicFile.Occupant.at(url.path)
+        while occupant != .nothing {
+            let emptyRegularFile = Self.isEmptyRegularFile(at: url)
             let earlier: ResumeToken
             do {
                 earlier = try ResumeToken(contentsOf: url)
@@ -126,11 +149,14 @@ final class TokenFile: Sendable {
                 // replaced (a token written there would be removed when the download ends, taking the file with
                 // it), except an empty regular file the user named (`--token "$(mktemp)"`).
                 if state.chosen, emptyRegularFile { break }
-                guard !state.chosen, state.number < 1000 else { return .failure(error) }
+                guard !state.chosen, state.number < 1000 else { return .failed(error) }
                 state.number += 1
                 url = defaultURL(for: token, number: state.number)
+                occupant = AtomicFile.Occupant.at(url.path)
                 continue
             }
+            // What was judged must be what the write will replace: read from the file that was looked at.
+            guard AtomicFile.Occupant.at(url.path) == occupant else { return .changed }
             // This download's own token, also one naming the file it used before a restart.
             let own = [token.tempPath, state.lastToken?.tempPath].contains { path in
                 path.map { earlier.tempPath.utf8.elementsEqual($0.utf8) } ?? false
@@ -139,7 +165,7 @@ final class TokenFile: Sendable {
             // A download that is running right now owns this token file: never take it over (its partial file
             // would be orphaned, and our success would delete its token). The library stops.
             if case .refused(let error) = Reconciliation.inspect(earlier).state, error.code == .tokenInUse {
-                return .failure(error)
+                return .failed(error)
             }
             // A token whose partial file is gone is no use to anyone: it is replaced.
             guard FileManager.default.fileExists(atPath: earlier.tempPath) else { break }
@@ -152,22 +178,22 @@ final class TokenFile: Sendable {
             if state.keptBeside == nil { state.keptBeside = earlier }
             state.number += 1
             url = defaultURL(for: token, number: state.number)
+            occupant = AtomicFile.Occupant.at(url.path)
         }
         state.url = url
         state.lastToken = token
         do {
-            try token.write(to: url)
-            return .success(url)
+            return try token.write(to: url, replacing: occupant) ? .written(url) : .changed
         } catch {
-            return .failure(error)
+            return .failed(error)
         }
     }
 
-    /// `nil` when nothing has the name `url` (a symbolic link counts, even a dangling one: `lstat`); else whether it
-    /// is an empty regular file (a pipe, a socket or a device has no size either, and is no such file).
-    private static func isEmptyRegularFile(at url: URL) -> Bool? {
+    /// Whether `url` names an empty regular file (a pipe, a socket or a device has no size either, and is no such
+    /// file; a symbolic link is not followed).
+    private static func isEmptyRegularFile(at url: URL) -> Bool {
         var status = stat()
-        guard lstat(url.path, &status) == 0 else { return nil }
+        guard lstat(url.path, &status) == 0 else { return false }
         return (status.st_mode & S_IFMT) == S_IFREG && status.st_size == 0
     }
 }
