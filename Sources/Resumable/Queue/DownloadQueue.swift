@@ -394,7 +394,8 @@ public actor DownloadQueue {
         let actions = schedule.add(id, host: Self.host(of: url), priority: priority, paused: paused)
         do {
             try persist(
-                id, state: paused ? .paused : .queued, running: false, flushingDirectory: flushingDirectory)
+                id, state: paused ? .paused : .queued, running: false, flushingDirectory: flushingDirectory,
+                creating: true)
         } catch {
             entries[id] = nil
             _ = schedule.cancel(id)
@@ -620,7 +621,7 @@ public actor DownloadQueue {
         }
         // The record says "running" before anything runs: a download the store cannot track does not start.
         do {
-            try persist(id, state: .queued, running: true)
+            try persist(id, state: .queued, running: true, creating: true)
         } catch {
             entries[id]?.failure = error
             summary.failed += 1
@@ -738,13 +739,19 @@ public actor DownloadQueue {
     // MARK: - The store
 
     /// Writes the download's record; `state` and `running` nil keep what was written last.
+    ///
+    /// Only over a record the store holds, unless `creating` (a download added, or starting): a download that
+    /// finished removed its record when its file was in place, which may be before its result reaches the queue. A
+    /// pause, a priority change or a move to the front in that instant must not write it back, or the next restore
+    /// would download the file again.
     private func persist(
-        _ id: TaskID, state: TaskRecord.State?, running: Bool?, flushingDirectory: Bool = true
+        _ id: TaskID, state: TaskRecord.State?, running: Bool?, flushingDirectory: Bool = true, creating: Bool = false
     ) throws(ResumableError) {
         guard let store, let entry = entries[id], let order = schedule.orderOf(id) else { return }
         try Self.persist(
-            entry, id: id, order: order, in: store, state: state, running: running, flushingDirectory: flushingDirectory
-        )
+            entry, id: id, order: order, in: store, state: state, running: running,
+            flushingDirectory: flushingDirectory,
+            onlyIfPresent: !creating)
     }
 
     /// ``persist(_:state:running:flushingDirectory:)`` for an entry at `order`, also from `deinit`.
