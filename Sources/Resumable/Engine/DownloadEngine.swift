@@ -368,7 +368,12 @@ final class DownloadEngine: Sendable {
             // The last token says the file is whole: a crash after the move below leaves a token that a
             // resume recognizes as finished, instead of downloading everything again.
             try checkpoints.record(resume.token())
-            let finalPath = try finisher.moveIntoPlace(file, suggestedFilename: resume.suggestedFilename)
+            let finalPath = try finisher.moveIntoPlace(file, suggestedFilename: resume.suggestedFilename) {
+                (name) throws(ResumableError) in
+                // A free name: the last token says so before the move, or a crash right after it would look for the
+                // file under the taken name and find someone else's.
+                try checkpoints.record(resume.token(finalName: name))
+            }
             let head = machine.finalHead
             return .success(
                 DownloadResult(

@@ -12,7 +12,15 @@ struct Finisher: Sendable {
     let existingFile: DownloadTask.ExistingFilePolicy
 
     /// Moves `file` to its final path and returns that path.
-    func moveIntoPlace(_ file: PartialFile, suggestedFilename: String) throws(ResumableError) -> String {
+    ///
+    /// `announce` runs before a move to a free name other than the one the destination names, with that name (again
+    /// for each name tried): it records the name, so that a crash right after the move finds the finished file
+    /// (``ResumeToken/finalName``). A move under the destination's own name announces nothing: the token already
+    /// points there.
+    func moveIntoPlace(
+        _ file: PartialFile, suggestedFilename: String,
+        announce: (String) throws(ResumableError) -> Void = { _ in }
+    ) throws(ResumableError) -> String {
         let directory = destination.directoryPath
         let wanted: String
         switch destination.kind {
@@ -42,6 +50,7 @@ struct Finisher: Sendable {
                     Self.isTaken((directory as NSString).appendingPathComponent(candidate))
                 }
                 let path = (directory as NSString).appendingPathComponent(free)
+                try announce(free)
                 do {
                     try file.move(to: path, replacing: false)
                     return path

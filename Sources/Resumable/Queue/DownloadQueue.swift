@@ -188,6 +188,9 @@ public actor DownloadQueue {
 
     /// Test seams.
     struct Hooks: Sendable {
+        /// Runs on the download's own thread when its file is in place, just before its record leaves the store:
+        /// the record on disk is the one a crash at that moment leaves.
+        var beforeFinishedRecordRemoved: (@Sendable (TaskID) -> Void)?
         /// Runs on the download's own thread right after its finished file's record left the store, before the
         /// download's result reaches the queue.
         var afterFinishedRecordRemoved: (@Sendable (TaskID) -> Void)?
@@ -611,8 +614,9 @@ public actor DownloadQueue {
             ) { token in
                 try store.checkpoint(id, token: token)
             }
-            let afterRemoval = hooks.afterFinishedRecordRemoved
+            let (beforeRemoval, afterRemoval) = (hooks.beforeFinishedRecordRemoved, hooks.afterFinishedRecordRemoved)
             checkpointing.finished = { _ in
+                beforeRemoval?(id)
                 store.remove(id, flushing: false)
                 afterRemoval?(id)
             }

@@ -47,6 +47,7 @@ extension ResumeToken {
         text.field("etag", optionalString: etag)
         text.field("expectedLength", optionalInteger: expectedLength)
         text.field("expectedSHA256", optionalString: expectedSHA256)
+        if let finalName { text.field("finalName", string: finalName) }
         text.key("headers")
         text.bytes += [UInt8(ascii: "{"), UInt8(ascii: "}")]
         text.field("lastModified", optionalString: lastModified)

@@ -229,9 +229,14 @@ package enum Reconciliation {
         return candidate
     }
 
-    /// The path the finished file gets under the token's own destination (before a free name is chosen).
+    /// The path the finished file gets under the token's own destination, or under the free name a last token
+    /// announced (``ResumeToken/finalName``, always in the destination's directory).
     private static func finalPath(_ token: ResumeToken) -> String {
-        switch tokenDestination(token).kind {
+        let destination = tokenDestination(token)
+        if let finalName = token.finalName {
+            return (destination.directoryPath as NSString).appendingPathComponent(finalName)
+        }
+        switch destination.kind {
         case .directory(let path): return (path as NSString).appendingPathComponent(token.suggestedFilename)
         case .file(let path): return path
         }

@@ -133,7 +133,8 @@ struct ResumeState: Hashable, Sendable {
     }
 
     /// The token for this state.
-    func token(updatedAt: Date = Date()) -> ResumeToken {
+    /// `finalName`: the free name the finished file is about to be moved to (``ResumeToken/finalName``).
+    func token(updatedAt: Date = Date(), finalName: String? = nil) -> ResumeToken {
         var stored: [String: String] = [:]
         for header in headers where !isSensitive(header.name) {
             stored[header.name] = header.value
@@ -151,6 +152,7 @@ struct ResumeState: Hashable, Sendable {
             tempPath: tempPath,
             suggestedFilename: suggestedFilename,
             destination: destination.tokenValue,
+            finalName: finalName,
             headers: stored,
             expectedSHA256: expectedSHA256,
             createdAt: createdAt,

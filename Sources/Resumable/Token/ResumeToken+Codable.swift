@@ -4,6 +4,8 @@ extension ResumeToken: Codable {
     enum CodingKeys: String, CodingKey, CaseIterable {
         case version, url, originalURL, offset, expectedLength, etag, lastModified, responseDate, acceptRanges
         case tempPath, suggestedFilename, destination, headers, expectedSHA256, createdAt, updatedAt
+        /// Only in a last token whose file is moved to a free name (``ResumeToken/finalName``).
+        case finalName
         /// Version 2: the byte ranges beyond `offset` already in the file (``ResumeToken/completedRanges``).
         case ranges
     }
@@ -113,6 +115,18 @@ extension ResumeToken: Codable {
             }
         }
         self.destination = destination
+        let finalName = try container.decodeIfPresent(String.self, forKey: .finalName)
+        if let finalName {
+            guard SuggestedFilename.sanitize(finalName) == finalName else {
+                throw ResumableError.invalidToken(
+                    field: "finalName", "is not a safe file name: \(finalName.debugDescription)")
+            }
+            guard let expectedLength, offset == expectedLength else {
+                throw ResumableError.invalidToken(
+                    field: "finalName", "belongs only to a token of a complete file (offset equal to expectedLength)")
+            }
+        }
+        self.finalName = finalName
 
         let headers = try container.decodeIfPresent([String: String].self, forKey: .headers) ?? [:]
         for (name, value) in headers {
@@ -157,6 +171,7 @@ extension ResumeToken: Codable {
         try container.encode(tempPath, forKey: .tempPath)
         try container.encode(suggestedFilename, forKey: .suggestedFilename)
         try container.encode(destination, forKey: .destination)
+        try container.encodeIfPresent(finalName, forKey: .finalName)
         try container.encode(headers, forKey: .headers)
         try container.encode(expectedSHA256, forKey: .expectedSHA256)
         try container.encode(ISO8601.format(createdAt), forKey: .createdAt)

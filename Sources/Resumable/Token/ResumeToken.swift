@@ -54,6 +54,11 @@ public struct ResumeToken: Sendable, Hashable {
     /// A path ending in `/` is a directory (the file gets ``suggestedFilename`` there); any other path is
     /// the exact file. `nil` means the directory that holds ``tempPath``.
     public let destination: String?
+    /// The name the finished file is being given in the destination's directory, when it is not the one the
+    /// destination names: a free name such as `name (1).ext`, because `name.ext` was taken. Only in the last token,
+    /// the one written just before the finished file is moved into place; `nil` otherwise. A resume of that token
+    /// after a crash looks for the finished file under this name.
+    public let finalName: String?
     /// Request headers that were safe to store and are sent again on resume.
     ///
     /// Credential headers are never stored: `Authorization`, `Cookie`, `Proxy-Authorization`, any name containing
@@ -82,6 +87,7 @@ public struct ResumeToken: Sendable, Hashable {
         tempPath: String,
         suggestedFilename: String,
         destination: String?,
+        finalName: String? = nil,
         headers: [String: String],
         extraSensitive: Set<String> = [],
         expectedSHA256: String? = nil,
@@ -102,6 +108,7 @@ public struct ResumeToken: Sendable, Hashable {
         self.tempPath = tempPath
         self.suggestedFilename = suggestedFilename
         self.destination = destination
+        self.finalName = finalName
         self.headers = headers.filter { !SensitiveHeaders.contains($0.key, extra: extraSensitive) }
         self.expectedSHA256 = expectedSHA256
         self.createdAt = createdAt.truncatedToMilliseconds

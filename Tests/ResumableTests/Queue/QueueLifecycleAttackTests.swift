@@ -106,73 +106,67 @@ struct QueueLifecycleAttackTests {
     ///
     /// Sequence: `out/done.bin` already exists (another file, 11 bytes). A queue downloads `done.bin` into `out/`;
     /// with the default `chooseFreeName` the finished file goes to `out/done (1).bin`. The process dies after the
-    /// move, before the record's (unflushed) removal reached the disk: the record on disk is the one written just
-    /// before the move, whose token's offset is the whole length (the test writes that record back: the last
-    /// checkpoint's record with its token's offset set to the length, which is what `finish()` records). A new queue
-    /// restores it. `Reconciliation.movedIntoPlace` looks only at the token's own name, `out/done.bin`, finds a file
-    /// of another length there, and calls the temporary file missing; the queue passes a destination, so the
-    /// download starts over. Observed: the file is requested again and saved a second time, as `out/done (2).bin`.
+    /// move, before the record's (unflushed) removal reached the disk: the test keeps the record file as it is on
+    /// disk at that instant (a hook runs just before the removal) and writes it back afterwards. A new queue restores
+    /// it. Before the fix, `Reconciliation.movedIntoPlace` looked only at the token's own name, `out/done.bin`, found
+    /// a file of another length there, and called the temporary file missing; the queue passes a destination, so the
+    /// download started over: the file was requested again and saved a second time, as `out/done (2).bin`. Had the
+    /// other file had the same length, the restore would have reported it as this download, finished.
     @Test("A crash between the move into a free name and the record's removal: restore does not download it again")
     func crashAfterMoveIntoFreeName() async throws {
-        let fixture = try DownloadFixture(transport: .libcurl, keepAlive: true)
+        let fixture = try DownloadFixture(transport: .libcurl)
         defer { fixture.server.shutdown() }
         let length: Int64 = 2 << 20
         let bytes = testBytes(count: Int(length), seed: 42)
-        let gate = fixture.serveHeld(.bytes(bytes), after: 100_000, at: "/done.bin")
-        defer { gate.open() }
-        let url = fixture.server.url(for: "/done.bin")
+        let url = fixture.serve(.bytes(bytes), at: "/done.bin")
         let output = fixture.directory.url.appendingPathComponent("out")
         try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
         let theirs = Data("not theirs\n".utf8)
         try theirs.write(to: output.appendingPathComponent("done.bin"))
         let state = fixture.directory.url.appendingPathComponent("state")
 
-        var configuration = Self.configuration()
-        configuration.checkpointing = .init(interval: .milliseconds(100)) { _ in }
+        // The record on disk when the file is in place and the record not yet removed: what a crash there leaves.
+        let atCrash = Mutex<Data?>(nil)
+        var hooks = DownloadQueue.Hooks()
+        hooks.beforeFinishedRecordRemoved = { id in
+            let file = state.appendingPathComponent("tasks/\(id).json").path
+            atCrash.withLock { $0 = FileManager.default.contents(atPath: file) }
+        }
         var store: TaskStore? = try TaskStore(directory: state)
-        var queue: DownloadQueue? = DownloadQueue(configuration: .init(download: configuration), store: store)
+        var queue: DownloadQueue? = DownloadQueue(
+            configuration: .init(download: Self.configuration()), store: store, hooks: hooks)
         let id = try await queue!.add(url, destination: .directory(output))
         let recordFile = state.appendingPathComponent("tasks/\(id).json").path
-        try #require(await gate.waitUntilHeld(count: 1, timeout: Waiting.deadline), "\(gate)")
-        // A checkpoint is taken only while bytes arrive: let them trickle until the record holds a token.
-        let checkpointed = try await trickle(gate, bodyLength: length, step: 4096) {
-            QueueReleaseAttackTests.recordTokenOffset(recordFile) ?? 0 > 0
-        }
-        try #require(checkpointed, "no checkpoint reached the record")
-        // The record as `finish()` leaves it just before the move: its token covers the whole file.
-        let checkpointRecord = try #require(FileManager.default.contents(atPath: recordFile))
-        var object = try #require(try JSONSerialization.jsonObject(with: checkpointRecord) as? [String: Any])
-        var token = try #require(object["token"] as? [String: Any])
-        #expect((token["expectedLength"] as? NSNumber)?.int64Value == length)
-        token["offset"] = NSNumber(value: length)
-        object["token"] = token
-        let finalRecord = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
-
-        gate.open()
         let summary = await queue!.waitUntilIdle()
         #expect(summary.finished == 1)
         let saved = output.appendingPathComponent("done (1).bin")
         #expect(try fixture.contents(of: saved) == bytes)
         #expect(try Data(contentsOf: output.appendingPathComponent("done.bin")) == theirs)
         #expect(!FileManager.default.fileExists(atPath: recordFile))
+        let finalRecord = try #require(atCrash.withLock { $0 }, "the record was not on disk at the crash point")
+        let object = try #require(try JSONSerialization.jsonObject(with: finalRecord) as? [String: Any])
+        let token = try #require(object["token"] as? [String: Any])
+        #expect((token["offset"] as? NSNumber)?.int64Value == length)
+        #expect(token["finalName"] as? String == "done (1).bin")
         queue = nil
         store = nil
         let requestsBefore = fixture.server.requests(for: "/done.bin").count
 
         // kill -9 after the move, before the removal of the record reached the disk.
         try finalRecord.write(to: URL(fileURLWithPath: recordFile))
-
         let reopened = try await Self.reopen(state)
         let next = DownloadQueue(configuration: .init(download: Self.configuration()), store: reopened)
         #expect(await next.restore().isEmpty)
-        _ = await next.waitUntilIdle()
+        let summaryAfter = await next.waitUntilIdle()
         #expect(await next.items.isEmpty)
+        #expect(summaryAfter.finished == 1, "the restored download was not reported finished: \(summaryAfter)")
         #expect(
             fixture.server.requests(for: "/done.bin").count == requestsBefore,
             "the restored record downloaded the finished file again")
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: output.path).sorted() == ["done (1).bin", "done.bin"],
             "a second copy of the finished file was saved")
+        #expect(try fixture.contents(of: saved) == bytes)
         #expect(!FileManager.default.fileExists(atPath: recordFile))
     }
 }

@@ -71,6 +71,24 @@ struct TaskRecordJSONTests {
         #expect(checked == Self.strings.count * 12)
     }
 
+    @Test("A last token with a final name: the same bytes as JSONEncoder, the same record back")
+    func finalNameSameBytes() throws {
+        let date = Date(timeIntervalSince1970: 1_796_000_000.125)
+        let token = ResumeToken(
+            url: URL(string: "https://example.com/f.bin")!, originalURL: URL(string: "https://example.com/f.bin")!,
+            offset: 1 << 20, expectedLength: 1 << 20, etag: "\"e\"", lastModified: nil, responseDate: nil,
+            acceptRanges: "bytes", tempPath: "/tmp/state/partial/" + TemporaryFileName.make(),
+            suggestedFilename: "f.bin", destination: "/home/me/out/", finalName: "f (1).bin", headers: [:],
+            createdAt: date, updatedAt: date)
+        let record = TaskRecord(
+            id: DownloadQueue.TaskID(), url: URL(string: "https://example.com/f.bin")!,
+            destination: .directory(URL(fileURLWithPath: "/home/me/out")), priority: 0, order: 1, state: .queued,
+            token: token)
+        let fast = try record.encodedJSON()
+        #expect(fast == (try Self.encoderJSON(record)), "\(String(decoding: fast, as: UTF8.self))")
+        #expect(try JSONDecoder().decode(TaskRecord.self, from: fast) == record)
+    }
+
     @Test("A token with request headers goes through JSONEncoder: the same bytes, the same record back")
     func headersThroughJSONEncoder() throws {
         let date = Date(timeIntervalSince1970: 1_796_000_000)
