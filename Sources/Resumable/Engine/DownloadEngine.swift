@@ -74,7 +74,8 @@ final class DownloadEngine: Sendable {
                 progress: ProgressMeter(interval: configuration.progressInterval, offset: machine.state.offset)))
         self.events = EventHub(handler: configuration.eventHandler)
         self.configuration = configuration
-        self.finisher = Finisher(destination: machine.state.destination, existingFile: existingFile)
+        self.finisher = Finisher(
+            destination: machine.state.destination, existingFile: existingFile, claims: configuration.finalPathClaims)
         self.initialOffset = machine.state.offset
         self.checkpoints = CheckpointWriter(checkpointing: configuration.checkpointing, path: file.path)
         if configuration.computesSHA256 || machine.state.expectedSHA256 != nil {

@@ -10,6 +10,8 @@ import Foundation
 struct Finisher: Sendable {
     let destination: DownloadTask.Destination
     let existingFile: DownloadTask.ExistingFilePolicy
+    /// The paths other downloads of the same queue took (``FinalPathClaims``); `nil` outside a queue.
+    var claims: FinalPathClaims? = nil
 
     /// Moves `file` to its final path and returns that path.
     ///
@@ -17,6 +19,11 @@ struct Finisher: Sendable {
     /// for each name tried): it records the name, so that a crash right after the move finds the finished file
     /// (``ResumeToken/finalName``). A move under the destination's own name announces nothing: the token already
     /// points there.
+    ///
+    /// In a queue, every path is claimed before the move (``FinalPathClaims``): with
+    /// ``DownloadTask/ExistingFilePolicy/overwrite`` a path another download of the queue took gets a free name
+    /// instead, as with ``DownloadTask/ExistingFilePolicy/chooseFreeName``; with
+    /// ``DownloadTask/ExistingFilePolicy/fail`` it fails.
     func moveIntoPlace(
         _ file: PartialFile, suggestedFilename: String,
         announce: (String) throws(ResumableError) -> Void = { _ in }
@@ -27,29 +34,38 @@ struct Finisher: Sendable {
         case .directory(let path): wanted = (path as NSString).appendingPathComponent(suggestedFilename)
         case .file(let path): wanted = path
         }
+        let ours = claims?.claim(wanted) ?? true
         switch existingFile {
-        case .overwrite:
+        case .overwrite where ours:
             try file.move(to: wanted, replacing: true)
             return wanted
         case .fail:
+            guard ours else {
+                throw ResumableError(.destinationExists, "'\(wanted)' is another download's of the same queue")
+            }
             do {
                 try file.move(to: wanted, replacing: false)
             } catch  where Self.isTaken(wanted) {
                 throw ResumableError(.destinationExists, "'\(wanted)' already exists")
             }
             return wanted
-        case .chooseFreeName:
+        case .chooseFreeName, .overwrite:
             // The name itself first: usually free, and the move (which never replaces) says when it is not.
-            do {
-                try file.move(to: wanted, replacing: false)
-                return wanted
-            } catch  where Self.isTaken(wanted) {}
+            if ours {
+                do {
+                    try file.move(to: wanted, replacing: false)
+                    return wanted
+                } catch  where Self.isTaken(wanted) {}
+            }
             let name = (wanted as NSString).lastPathComponent
             for _ in 0..<100 {
                 let free = SuggestedFilename.available(name) { candidate in
-                    Self.isTaken((directory as NSString).appendingPathComponent(candidate))
+                    let path = (directory as NSString).appendingPathComponent(candidate)
+                    return Self.isTaken(path) || (claims?.isClaimed(path) ?? false)
                 }
                 let path = (directory as NSString).appendingPathComponent(free)
+                // Not yet on disk, but another download of the queue is about to move its file there.
+                guard claims?.claim(path) ?? true else { continue }
                 try announce(free)
                 do {
                     try file.move(to: path, replacing: false)

@@ -184,6 +184,8 @@ public actor DownloadQueue {
     /// One transport session for all the queue's downloads, so requests to a host reuse its kept-alive
     /// connections; made at the first start.
     private var sharedSession: SharedTransportSession?
+    /// Where this queue's finished files went: an `overwrite` never replaces one of them.
+    private let finalPathClaims = FinalPathClaims()
     private let hooks: Hooks
 
     /// Test seams.
@@ -373,6 +375,12 @@ public actor DownloadQueue {
         )
         guard HTTPURL.isSupported(url) else {
             throw ResumableError(.invalidRequest, "not an http or https URL: \(HTTPURL.removingUserInfo(url))")
+        }
+        if let store, store.holds(destination) {
+            throw ResumableError(
+                .invalidRequest,
+                "the destination '\(destination.tokenValue)' lies inside the task store's directory "
+                    + "'\(store.directory.path)': a download there could replace the store's own files")
         }
         if store != nil, HTTPURL.hasUserInfo(url) {
             throw ResumableError(
@@ -606,6 +614,7 @@ public actor DownloadQueue {
     private func start(_ id: TaskID) {
         guard let entry = entries[id] else { return }
         var download = configuration.download
+        download.finalPathClaims = finalPathClaims
         if let expected = entry.expectedSHA256 { download.expectedSHA256 = expected }
         if let store {
             download.temporaryDirectory = URL(fileURLWithPath: store.partialPath, isDirectory: true)

@@ -349,6 +349,34 @@ public final class TaskStore: Sendable {
     /// them. The store writes no such records; a crafted or damaged store can hold them.
     func load() -> (records: [TaskRecord], problems: [Problem]) {
         var (records, problems) = Self.readRecords(in: tasksPath)
+        // A store that was moved (or reached through another path) names its temporary files where they were: a token
+        // whose file is no longer there is pointed at the file of that name in this store's `partial/`. Only there: a
+        // token never chooses where to read or write, and only a name this library gives its temporary files is
+        // followed. A file still at the token's path (a copy of the store) is left to the resume's own checks.
+        records = records.map { record in
+            guard var record = Optional(record), let token = record.token else { return record }
+            let name = (token.tempPath as NSString).lastPathComponent
+            let directory = (token.tempPath as NSString).deletingLastPathComponent
+            var status = stat()
+            guard !directory.utf8.elementsEqual(partialPath.utf8), TemporaryFileName.isValid(name),
+                lstat(token.tempPath, &status) != 0, errno == ENOENT || errno == ENOTDIR
+            else {
+                return record
+            }
+            record.token = token.movingTemporaryFile(to: (partialPath as NSString).appendingPathComponent(name))
+            return record
+        }
+        // A destination inside the store could replace the store's own files (a record, the lock): left alone.
+        records.removeAll { record in
+            guard holds(record.destination) else { return false }
+            problems.append(
+                Problem(
+                    file: URL(fileURLWithPath: recordPath(record.id)),
+                    error: ResumableError(
+                        .invalidRequest,
+                        "its destination '\(record.destination.tokenValue)' lies inside the task store's directory")))
+            return true
+        }
         // One file, however its path is spelled (`partial//NAME`, `partial/./NAME`, a symbolic link to a directory).
         let paths = records.compactMap { $0.token?.tempPath }
         let shared = Set(Dictionary(grouping: paths) { Self.fileKey($0) }.filter { $0.value.count > 1 }.keys)
@@ -370,6 +398,48 @@ public final class TaskStore: Sendable {
             }
         }
         return (records, problems)
+    }
+
+    /// Whether `destination`'s directory is the store's directory or lies inside it, by path as given and, where the
+    /// directories exist, as resolved (symbolic links followed); compared as bytes.
+    func holds(_ destination: DownloadTask.Destination) -> Bool {
+        Self.directory(directory, holds: destination)
+    }
+
+    /// ``holds(_:)`` for the store that is or would be in `directory`, before it is opened.
+    package static func directory(_ directory: URL, holds destination: DownloadTask.Destination) -> Bool {
+        func inside(_ path: String, _ root: String) -> Bool {
+            path.utf8.elementsEqual(root.utf8) || path.utf8.starts(with: (root + "/").utf8)
+        }
+        let root = directory.standardizedFileURL.path
+        let path = URL(fileURLWithPath: destination.directoryPath).standardizedFileURL.path
+        if inside(path, root) { return true }
+        guard let resolvedRoot = Self.resolved(root), let resolvedPath = Self.resolvedAncestor(path) else {
+            return false
+        }
+        return inside(resolvedPath, resolvedRoot)
+    }
+
+    /// `path` with every symbolic link resolved (`realpath`), when it exists.
+    private static func resolved(_ path: String) -> String? {
+        guard let pointer = realpath(path, nil) else { return nil }
+        defer { free(pointer) }
+        return String(cString: pointer)
+    }
+
+    /// `path` resolved through its deepest existing ancestor (a destination directory may not exist yet).
+    private static func resolvedAncestor(_ path: String) -> String? {
+        var head = path
+        var tail: [String] = []
+        while !head.isEmpty, head != "/" {
+            if let resolved = resolved(head) {
+                return tail.reversed().reduce(resolved) { ($0 as NSString).appendingPathComponent($1) }
+            }
+            tail.append((head as NSString).lastPathComponent)
+            head = (head as NSString).deletingLastPathComponent
+        }
+        return resolved("/").map { root in tail.reversed().reduce(root) { ($0 as NSString).appendingPathComponent($1) }
+        }
     }
 
     /// What the store in `directory` holds, without opening it (no lock taken, nothing created or removed): for

@@ -115,6 +115,16 @@ public struct ResumeToken: Sendable, Hashable {
         self.updatedAt = updatedAt.truncatedToMilliseconds
     }
 
+    /// The same token for the same bytes in a temporary file at `path` (a store that was moved).
+    func movingTemporaryFile(to path: String) -> ResumeToken {
+        ResumeToken(
+            url: url, originalURL: originalURL, offset: offset, completedRanges: completedRanges,
+            expectedLength: expectedLength, etag: etag, lastModified: lastModified, responseDate: responseDate,
+            acceptRanges: acceptRanges, tempPath: path, suggestedFilename: suggestedFilename, destination: destination,
+            finalName: finalName, headers: headers, expectedSHA256: expectedSHA256, createdAt: createdAt,
+            updatedAt: updatedAt)
+    }
+
     /// Whether the server advised against range requests (`Accept-Ranges: none`, RFC 9110 §14.3).
     ///
     /// Resuming such a token still works when the server answers correctly, and is safe when it does not:

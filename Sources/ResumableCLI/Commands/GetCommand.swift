@@ -73,9 +73,17 @@ struct GetCommand: CLICommand {
             let directory = URL(fileURLWithPath: output, isDirectory: true)
             outputDirectory = directory
             destination = .directory(directory)
-            stateDirectory =
+            let state =
                 arguments.value("state").map { URL(fileURLWithPath: $0, isDirectory: true) }
                 ?? BatchRunner.defaultStateDirectory(output: output)
+            // The library's rule, checked before anything is created: a file downloaded into the store could replace
+            // one of the store's own (its lock, a record).
+            if TaskStore.directory(state, holds: .directory(directory)) {
+                throw UsageError(
+                    "the output directory '\(output)' is the state directory or lies inside it; choose another -o or "
+                        + "--state")
+            }
+            stateDirectory = state
         } else {
             guard arguments.value("jobs") == nil, arguments.value("state") == nil else {
                 throw UsageError("options '--jobs' and '--state' need -i LIST")
