@@ -196,6 +196,8 @@ public actor DownloadQueue {
         /// Runs on the download's own thread right after its finished file's record left the store, before the
         /// download's result reaches the queue.
         var afterFinishedRecordRemoved: (@Sendable (TaskID) -> Void)?
+        /// Awaited when a download's result is there, before it reaches the queue.
+        var beforeEnded: (@Sendable (TaskID) async -> Void)?
     }
 
     /// A queue with nothing in it.
@@ -265,9 +267,14 @@ public actor DownloadQueue {
         for (id, entry) in entries {
             guard let task = entry.task else { continue }
             if entry.cancelRequested {
-                // The user's cancel stands: the task discards its bytes, and the record goes.
+                // The user's cancel stands: the task discards its bytes, and the record goes. A task that already
+                // ended (a pause that reached it before the cancel) discards nothing any more: the file its last
+                // token names goes here, unless a running task still holds it (then the task removes it itself).
                 task.cancel()
-                store?.remove(id)
+                if let store {
+                    Self.discardTemporaryFile(of: store.record(id)?.token ?? entry.token, in: store)
+                    store.remove(id)
+                }
                 continue
             }
             if schedule.phase(of: id) == .pausing, let store, let order = schedule.orderOf(id) {
@@ -673,8 +680,10 @@ public actor DownloadQueue {
         send(.started(id))
         // Each event is a hop onto the queue: none while nobody subscribes (`items` reads the task's progress).
         if !subscribers.isEmpty { forwardEvents(id, of: task) }
+        let beforeEnded = hooks.beforeEnded
         Task { [weak self] in
             let result = await task.result
+            await beforeEnded?(id)
             await self?.ended(id, result: result)
         }
     }
@@ -789,7 +798,14 @@ public actor DownloadQueue {
 
     /// Removes the temporary file a cancelled download's token names, when it is the store's.
     private func discardTemporaryFile(of token: ResumeToken?) {
-        guard let store, let token else { return }
+        guard let store else { return }
+        Self.discardTemporaryFile(of: token, in: store)
+    }
+
+    /// ``discardTemporaryFile(of:)`` for `store`, also from `deinit`: only a file of the store's `partial/`, and only
+    /// when nobody holds it (``TaskStore/removeUnownedTemporaryFiles(keeping:only:)``).
+    private static func discardTemporaryFile(of token: ResumeToken?, in store: TaskStore) {
+        guard let token else { return }
         let path = token.tempPath
         // Byte for byte: a directory whose name is only canonically equivalent to `partial/` is another one.
         guard (path as NSString).deletingLastPathComponent.utf8.elementsEqual(store.partialPath.utf8),

@@ -72,4 +72,65 @@ struct QueueReleaseRaceTests {
         #expect(await next.items.isEmpty)
         #expect(try FileManager.default.contentsOfDirectory(atPath: output.path) == ["done.bin"])
     }
+
+    /// A cancel's bytes go even when a pause reached the download first.
+    ///
+    /// The user pauses a running download (it ends, leaving a token and its temporary file), then cancels it before
+    /// the queue heard of the pause, then releases the queue. The released queue cancelled the task, which had
+    /// already ended and discarded nothing, and removed the record: the temporary file stayed in `partial/`, owned by
+    /// nobody, until some later `restore()` of the store cleaned it up. The hook holds the download's result before
+    /// it reaches the queue, so the cancel and the release always land in that instant.
+    @Test("A pause, then a cancel, then a release before the queue heard of the pause: the bytes go with the record")
+    func pauseThenCancelThenRelease() async throws {
+        let fixture = try DownloadFixture(transport: .libcurl, keepAlive: true)
+        defer { fixture.server.shutdown() }
+        let bytes = testBytes(count: 1 << 20, seed: 8)
+        let gate = fixture.serveHeld(.bytes(bytes), after: 100_000, at: "/held.bin")
+        defer { gate.open() }
+        let output = fixture.directory.url.appendingPathComponent("out")
+        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
+        let state = fixture.directory.url.appendingPathComponent("state")
+        let partial = state.appendingPathComponent("partial").path
+
+        let reached = Atomic<Bool>(false)
+        let proceed = Atomic<Bool>(false)
+        var hooks = DownloadQueue.Hooks()
+        hooks.beforeEnded = { _ in
+            reached.store(true, ordering: .sequentiallyConsistent)
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(120)
+            while !proceed.load(ordering: .sequentiallyConsistent), clock.now < deadline {
+                try? await Task.sleep(for: .milliseconds(5))
+            }
+        }
+        var configuration = DownloadFixture.configuration(transport: .libcurl)
+        configuration.connections = .single
+        let store = try TaskStore(directory: state)
+        var queue: DownloadQueue? = DownloadQueue(
+            configuration: .init(download: configuration), store: store, hooks: hooks)
+        weak let released = queue
+        let id = try await queue!.add(fixture.server.url(for: "/held.bin"), destination: .directory(output))
+        let recordFile = state.appendingPathComponent("tasks/\(id).json").path
+        try #require(await gate.waitUntilHeld(count: 1, timeout: Waiting.deadline), "\(gate)")
+        try #require(try await waitUntilTemporaryFiles(in: partial, count: 1, eachHolding: 100_000))
+
+        await queue!.pause(id)
+        let paused = try await waitUntil { reached.load(ordering: .sequentiallyConsistent) }
+        if !paused { proceed.store(true, ordering: .sequentiallyConsistent) }
+        try #require(paused, "the paused download's result never came")
+        // The pause left its bytes and a token: the download is over, but the queue has not heard of it.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: partial).count == 1)
+        await queue!.cancel(id)
+        queue = nil
+        let gone = try await waitUntil { released == nil }
+        proceed.store(true, ordering: .sequentiallyConsistent)
+        try #require(gone, "the queue was not released")
+
+        #expect(!FileManager.default.fileExists(atPath: recordFile), "the cancelled download's record is still there")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: partial).isEmpty,
+            "the cancelled download's bytes are still in partial/")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: output.path).isEmpty)
+        withExtendedLifetime(store) {}
+    }
 }
