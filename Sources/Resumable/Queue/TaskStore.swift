@@ -57,6 +57,9 @@ public final class TaskStore: Sendable {
     /// `tasks/`, open while the store is: records are written, renamed and removed relative to it, and it is
     /// flushed through it, without looking the path up again for every step.
     private let tasksDescriptor: Int32
+    /// ``holds(_:)``'s last answer, for the destination directory it names.
+    private let lastHoldsAnswer = Mutex<(directory: String, holds: Bool)?>(nil)
+
     /// `tasks/` opened again because another directory took its place (renamed, replaced) while the store was open;
     /// the last one is current. Older descriptors stay open until the store closes: a step may be using one.
     private let reopenedTasks = Mutex<[Int32]>([])
@@ -402,8 +405,17 @@ public final class TaskStore: Sendable {
 
     /// Whether `destination`'s directory is the store's directory or lies inside it, by path as given and, where the
     /// directories exist, as resolved (symbolic links followed); compared as bytes.
+    ///
+    /// The answer for the last destination directory asked about is kept: the downloads of a list share one, and
+    /// resolving it costs a system call per path component.
     func holds(_ destination: DownloadTask.Destination) -> Bool {
-        Self.directory(directory, holds: destination)
+        let key = destination.directoryPath
+        if let known = lastHoldsAnswer.withLock({ $0 }), known.directory.utf8.elementsEqual(key.utf8) {
+            return known.holds
+        }
+        let holds = Self.directory(directory, holds: destination)
+        lastHoldsAnswer.withLock { $0 = (key, holds) }
+        return holds
     }
 
     /// ``holds(_:)`` for the store that is or would be in `directory`, before it is opened.
