@@ -56,6 +56,9 @@ struct FreeNameCrashTests {
         let requestsAfterCrash = server.requests(for: "/a.bin").count
         #expect(requestsAfterCrash == requestsBefore + 1)
 
+        let inspected = try await CLIProcess.run(["inspect", token.path], in: scratch.url)
+        #expect(inspected.stdout.contains("  final name:   a (1).bin"), "\(inspected)")
+
         let resumed = try await CLIProcess.run(
             ["resume", token.path, "--json", "--retries", "0", "--transport", "libcurl"], in: scratch.url)
         #expect(server.requests(for: "/a.bin").count == requestsAfterCrash, "the finished file was fetched again")

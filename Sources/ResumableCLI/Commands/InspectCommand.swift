@@ -154,6 +154,9 @@ struct InspectCommand: CLICommand {
         lines.append(("Temporary file", token.tempPath))
         lines.append(("  state", verdict.sentence))
         lines.append(("Destination", destination(of: token)))
+        if let finalName = token.finalName {
+            lines.append(("  final name", "\(finalName) (a free name: the destination's own was taken)"))
+        }
         lines.append(("Created", timestamp(token.createdAt)))
         lines.append(("Updated", timestamp(token.updatedAt)))
         if !token.headers.isEmpty {
