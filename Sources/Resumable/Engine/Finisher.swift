@@ -37,7 +37,12 @@ struct Finisher: Sendable {
         let ours = claims?.claim(wanted) ?? true
         switch existingFile {
         case .overwrite where ours:
-            try file.move(to: wanted, replacing: true)
+            do {
+                try file.move(to: wanted, replacing: true)
+            } catch {
+                claims?.release(wanted)
+                throw error
+            }
             return wanted
         case .fail:
             guard ours else {
@@ -45,8 +50,10 @@ struct Finisher: Sendable {
             }
             do {
                 try file.move(to: wanted, replacing: false)
-            } catch  where Self.isTaken(wanted) {
-                throw ResumableError(.destinationExists, "'\(wanted)' already exists")
+            } catch {
+                claims?.release(wanted)
+                if Self.isTaken(wanted) { throw ResumableError(.destinationExists, "'\(wanted)' already exists") }
+                throw error
             }
             return wanted
         case .chooseFreeName, .overwrite:
@@ -55,7 +62,11 @@ struct Finisher: Sendable {
                 do {
                     try file.move(to: wanted, replacing: false)
                     return wanted
-                } catch  where Self.isTaken(wanted) {}
+                } catch {
+                    // Someone else's file is there: the name stays theirs, and this download takes a free one.
+                    claims?.release(wanted)
+                    guard Self.isTaken(wanted) else { throw error }
+                }
             }
             let name = (wanted as NSString).lastPathComponent
             for _ in 0..<100 {
@@ -70,8 +81,10 @@ struct Finisher: Sendable {
                 do {
                     try file.move(to: path, replacing: false)
                     return path
-                } catch  where Self.isTaken(path) {
-                    continue  // Taken between the check and the move: try the next free name.
+                } catch {
+                    claims?.release(path)
+                    // Taken between the check and the move: try the next free name.
+                    guard Self.isTaken(path) else { throw error }
                 }
             }
             throw ResumableError(.destinationExists, "no free name for '\(wanted)'")

@@ -16,6 +16,12 @@ final class FinalPathClaims: Sendable {
         claimed.withLock { $0.insert(Array(path.utf8)).inserted }
     }
 
+    /// Gives `path` up after a move to it failed: nothing of this queue is there, and the download that claimed it may
+    /// claim it again when it finishes later.
+    func release(_ path: String) {
+        _ = claimed.withLock { $0.remove(Array(path.utf8)) }
+    }
+
     /// Whether a download of this queue claimed `path`.
     func isClaimed(_ path: String) -> Bool {
         claimed.withLock { $0.contains(Array(path.utf8)) }

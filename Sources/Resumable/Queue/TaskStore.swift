@@ -352,18 +352,16 @@ public final class TaskStore: Sendable {
     /// them. The store writes no such records; a crafted or damaged store can hold them.
     func load() -> (records: [TaskRecord], problems: [Problem]) {
         var (records, problems) = Self.readRecords(in: tasksPath)
-        // A store that was moved (or reached through another path) names its temporary files where they were: a token
-        // whose file is no longer there is pointed at the file of that name in this store's `partial/`. Only there: a
-        // token never chooses where to read or write, and only a name this library gives its temporary files is
-        // followed. A file still at the token's path (a copy of the store) is left to the resume's own checks.
+        // The store's downloads keep their temporary files in its own `partial/`. A store that was moved, copied (a
+        // backup restored elsewhere) or opened through another path (a symbolic link) holds tokens naming the files
+        // where they were written: each is pointed at the file of that name in this store's `partial/`, whatever
+        // is still at the old path (the original of a copy belongs to the original store). Only there: a token never
+        // chooses where to read or write, and only a name this library gives its temporary files is followed.
         records = records.map { record in
             guard var record = Optional(record), let token = record.token else { return record }
             let name = (token.tempPath as NSString).lastPathComponent
             let directory = (token.tempPath as NSString).deletingLastPathComponent
-            var status = stat()
-            guard !directory.utf8.elementsEqual(partialPath.utf8), TemporaryFileName.isValid(name),
-                lstat(token.tempPath, &status) != 0, errno == ENOENT || errno == ENOTDIR
-            else {
+            guard !directory.utf8.elementsEqual(partialPath.utf8), TemporaryFileName.isValid(name) else {
                 return record
             }
             record.token = token.movingTemporaryFile(to: (partialPath as NSString).appendingPathComponent(name))
