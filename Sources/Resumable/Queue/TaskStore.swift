@@ -424,7 +424,8 @@ public final class TaskStore: Sendable {
         let root = directory.standardizedFileURL.path
         let path = URL(fileURLWithPath: destination.directoryPath).standardizedFileURL.path
         if inside(path, root) { return true }
-        guard let resolvedRoot = Self.resolved(root), let resolvedPath = Self.resolvedAncestor(path) else {
+        // Neither need exist yet: each is resolved through its deepest existing ancestor.
+        guard let resolvedRoot = Self.resolvedAncestor(root), let resolvedPath = Self.resolvedAncestor(path) else {
             return false
         }
         return inside(resolvedPath, resolvedRoot)
