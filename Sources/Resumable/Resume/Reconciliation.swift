@@ -182,7 +182,7 @@ package enum Reconciliation {
         open: (String) throws(ResumableError) -> (Handle, Int64)
     ) throws(ResumableError) -> Examination<Handle> {
         try checkPlacement(token, destination: destination, temporaryDirectory: temporaryDirectory)
-        if let finishedAt = interruptedFinish(token) {
+        if let finishedAt = interruptedFinish(token) ?? copiedIntoPlace(token) {
             return .finished(path: finishedAt, strayLink: true)
         }
         do throws(ResumableError) {
@@ -240,6 +240,75 @@ package enum Reconciliation {
         case .directory(let path): return (path as NSString).appendingPathComponent(token.suggestedFilename)
         case .file(let path): return path
         }
+    }
+
+    /// The finished file's path when a finish across file systems was interrupted after the copy was renamed into
+    /// place and before the temporary file was removed (`PartialFile.move`, on `EXDEV`): the temporary file is whole,
+    /// and the file where it was going is on another file system, of the same length, with the same bytes (compared,
+    /// byte for byte: only in this case, so only after such a crash). `nil` otherwise, and when a download holds
+    /// the temporary file.
+    private static func copiedIntoPlace(_ token: ResumeToken) -> String? {
+        guard let length = token.expectedLength, token.offset == length else { return nil }
+        let candidate = finalPath(token)
+        var temporary = stat()
+        var finished = stat()
+        guard lstat(token.tempPath, &temporary) == 0, (temporary.st_mode & S_IFMT) == S_IFREG,
+            temporary.st_uid == geteuid(), Int64(temporary.st_size) == length,
+            lstat(candidate, &finished) == 0, (finished.st_mode & S_IFMT) == S_IFREG, Int64(finished.st_size) == length,
+            finished.st_dev != temporary.st_dev
+        else { return nil }
+        let source = openForReading(token.tempPath)
+        guard source >= 0 else { return nil }
+        defer { close(source) }
+        // A download that holds the file is finishing it right now: not a crash's leftover.
+        guard flock(source, LOCK_SH | LOCK_NB) == 0 else { return nil }
+        let copy = openForReading(candidate)
+        guard copy >= 0 else { return nil }
+        defer { close(copy) }
+        return sameBytes(source, copy, length: length) ? candidate : nil
+    }
+
+    /// `open(2)` for reading, never following a symbolic link (the static `open` of this type is another function).
+    private static func openForReading(_ path: String) -> Int32 {
+        #if canImport(Glibc)
+            Glibc.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        #else
+            Darwin.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        #endif
+    }
+
+    /// Whether the first `length` bytes of the two files are the same (and both have that many).
+    private static func sameBytes(_ first: Int32, _ second: Int32, length: Int64) -> Bool {
+        let chunk = 1 << 20
+        let a = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 64)
+        let b = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 64)
+        defer {
+            a.deallocate()
+            b.deallocate()
+        }
+        var offset: Int64 = 0
+        while offset < length {
+            let count = Int(min(Int64(chunk), length - offset))
+            guard readFully(first, into: a, count: count, at: offset),
+                readFully(second, into: b, count: count, at: offset),
+                memcmp(a.baseAddress!, b.baseAddress!, count) == 0
+            else { return false }
+            offset += Int64(count)
+        }
+        return true
+    }
+
+    private static func readFully(
+        _ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer, count: Int, at offset: Int64
+    ) -> Bool {
+        var done = 0
+        while done < count {
+            let read = pread(descriptor, buffer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+            if read < 0, errno == EINTR { continue }
+            guard read > 0 else { return false }
+            done += read
+        }
+        return true
     }
 
     /// The finished file's path when a finish was interrupted between `link` and `unlink` (only where
