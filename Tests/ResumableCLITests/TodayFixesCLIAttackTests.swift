@@ -172,6 +172,9 @@ struct TodayFixesCLIAttackTests {
             contents.contains(Data(first)),
             "the file the batch saved before the interruption was replaced: \(files.sorted()) \(resumed)")
         #expect(contents.contains(Data(second)), "\(files.sorted()) \(resumed)")
+        // Once nothing is left to finish, the names the batch took are forgotten: a complete batch leaves no state.
+        #expect(resumed.exitCode == 0, "\(resumed)")
+        #expect(!FileManager.default.fileExists(atPath: scratch.url.appendingPathComponent("state/claims").path))
     }
 }
 

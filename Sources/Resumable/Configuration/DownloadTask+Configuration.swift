@@ -322,6 +322,8 @@ extension DownloadTask {
         /// The final paths of the other downloads of the same queue (set by ``DownloadQueue``): an
         /// ``ExistingFilePolicy/overwrite`` replaces a file that was there before, never one of theirs.
         var finalPathClaims: FinalPathClaims?
+        /// Who this download is to ``finalPathClaims`` (its queue's identifier for it).
+        var finalPathOwner = ""
         /// The smallest segment a connection is given or takes over from another (1 MiB); tests lower it.
         var minimumSegmentLength: Int64 = 1 << 20
         /// The most one connection is given at a time, in file order, while a digest is computed (8 MiB; never below

@@ -75,7 +75,8 @@ final class DownloadEngine: Sendable {
         self.events = EventHub(handler: configuration.eventHandler)
         self.configuration = configuration
         self.finisher = Finisher(
-            destination: machine.state.destination, existingFile: existingFile, claims: configuration.finalPathClaims)
+            destination: machine.state.destination, existingFile: existingFile, claims: configuration.finalPathClaims,
+            owner: configuration.finalPathOwner)
         self.initialOffset = machine.state.offset
         self.checkpoints = CheckpointWriter(checkpointing: configuration.checkpointing, path: file.path)
         if configuration.computesSHA256 || machine.state.expectedSHA256 != nil {

@@ -12,6 +12,8 @@ struct Finisher: Sendable {
     let existingFile: DownloadTask.ExistingFilePolicy
     /// The paths other downloads of the same queue took (``FinalPathClaims``); `nil` outside a queue.
     var claims: FinalPathClaims? = nil
+    /// Who claims paths for this download: its queue's identifier for it.
+    var owner = ""
 
     /// Moves `file` to its final path and returns that path.
     ///
@@ -34,13 +36,13 @@ struct Finisher: Sendable {
         case .directory(let path): wanted = (path as NSString).appendingPathComponent(suggestedFilename)
         case .file(let path): wanted = path
         }
-        let ours = claims?.claim(wanted) ?? true
+        let ours = claims?.claim(wanted, by: owner) ?? true
         switch existingFile {
         case .overwrite where ours:
             do {
                 try file.move(to: wanted, replacing: true)
             } catch {
-                claims?.release(wanted)
+                claims?.release(wanted, by: owner)
                 throw error
             }
             return wanted
@@ -51,7 +53,7 @@ struct Finisher: Sendable {
             do {
                 try file.move(to: wanted, replacing: false)
             } catch {
-                claims?.release(wanted)
+                claims?.release(wanted, by: owner)
                 if Self.isTaken(wanted) { throw ResumableError(.destinationExists, "'\(wanted)' already exists") }
                 throw error
             }
@@ -64,7 +66,7 @@ struct Finisher: Sendable {
                     return wanted
                 } catch {
                     // Someone else's file is there: the name stays theirs, and this download takes a free one.
-                    claims?.release(wanted)
+                    claims?.release(wanted, by: owner)
                     guard Self.isTaken(wanted) else { throw error }
                 }
             }
@@ -72,17 +74,17 @@ struct Finisher: Sendable {
             for _ in 0..<100 {
                 let free = SuggestedFilename.available(name) { candidate in
                     let path = (directory as NSString).appendingPathComponent(candidate)
-                    return Self.isTaken(path) || (claims?.isClaimed(path) ?? false)
+                    return Self.isTaken(path) || (claims?.isClaimed(path, byOtherThan: owner) ?? false)
                 }
                 let path = (directory as NSString).appendingPathComponent(free)
                 // Not yet on disk, but another download of the queue is about to move its file there.
-                guard claims?.claim(path) ?? true else { continue }
+                guard claims?.claim(path, by: owner) ?? true else { continue }
                 try announce(free)
                 do {
                     try file.move(to: path, replacing: false)
                     return path
                 } catch {
-                    claims?.release(path)
+                    claims?.release(path, by: owner)
                     // Taken between the check and the move: try the next free name.
                     guard Self.isTaken(path) else { throw error }
                 }

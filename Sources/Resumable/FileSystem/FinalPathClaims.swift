@@ -6,24 +6,54 @@ import Synchronization
 /// `index.html`, or an `out=` name equal to another entry's suggested name) would otherwise keep only the second,
 /// and the batch would report both finished.
 ///
-/// A path is claimed before the move, under a lock, so two downloads finishing at once cannot both take it. Claims
-/// last as long as the queue; paths are compared as bytes, as the file system does.
+/// A path is claimed before the move, under a lock, so two downloads finishing at once cannot both take it; the
+/// download that claimed it may claim it again (a finish that failed and is tried later). With a ``TaskStore`` the
+/// claims are kept in the store too (``TaskStore/recordClaim(_:by:)``), so a batch continued after an interruption
+/// or a crash knows the files its earlier run saved. Paths are compared as bytes, as the file system does.
 final class FinalPathClaims: Sendable {
-    private let claimed = Mutex<Set<[UInt8]>>([])
+    private let claimed = Mutex<[[UInt8]: String]>([:])
+    private let onClaim: (@Sendable (_ path: String, _ owner: String) -> Void)?
 
-    /// Claims `path` for a finished file; false when a file of this queue already has it.
-    func claim(_ path: String) -> Bool {
-        claimed.withLock { $0.insert(Array(path.utf8)).inserted }
+    /// `onClaim` runs for each new claim, before the claim returns (a store writes it down).
+    init(onClaim: (@Sendable (_ path: String, _ owner: String) -> Void)? = nil) {
+        self.onClaim = onClaim
     }
 
-    /// Gives `path` up after a move to it failed: nothing of this queue is there, and the download that claimed it may
-    /// claim it again when it finishes later.
-    func release(_ path: String) {
-        _ = claimed.withLock { $0.remove(Array(path.utf8)) }
+    /// Adds claims read back from a store, keeping any made since.
+    func restore(_ claims: [(path: String, owner: String)]) {
+        claimed.withLock { claimed in
+            for claim in claims where claimed[Array(claim.path.utf8)] == nil {
+                claimed[Array(claim.path.utf8)] = claim.owner
+            }
+        }
     }
 
-    /// Whether a download of this queue claimed `path`.
-    func isClaimed(_ path: String) -> Bool {
-        claimed.withLock { $0.contains(Array(path.utf8)) }
+    /// Claims `path` for `owner`'s finished file; false when another download of the queue has it.
+    func claim(_ path: String, by owner: String) -> Bool {
+        let key = Array(path.utf8)
+        let new = claimed.withLock { claimed -> Bool? in
+            if let holder = claimed[key] { return holder == owner ? false : nil }
+            claimed[key] = owner
+            return true
+        }
+        guard let new else { return false }
+        if new { onClaim?(path, owner) }
+        return true
+    }
+
+    /// Gives `path` up after `owner`'s move to it failed: nothing of this queue is there, and another download may
+    /// take it. (A store keeps the claim on disk: after a restart the name stays `owner`'s, which is only cautious.)
+    func release(_ path: String, by owner: String) {
+        claimed.withLock { claimed in
+            let key = Array(path.utf8)
+            if claimed[key] == owner { claimed[key] = nil }
+        }
+    }
+
+    /// Whether a download of this queue other than `owner` claimed `path`.
+    func isClaimed(_ path: String, byOtherThan owner: String) -> Bool {
+        claimed.withLock { claimed in
+            claimed[Array(path.utf8)].map { $0 != owner } ?? false
+        }
     }
 }

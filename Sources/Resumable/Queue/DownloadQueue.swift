@@ -184,8 +184,9 @@ public actor DownloadQueue {
     /// One transport session for all the queue's downloads, so requests to a host reuse its kept-alive
     /// connections; made at the first start.
     private var sharedSession: SharedTransportSession?
-    /// Where this queue's finished files went: an `overwrite` never replaces one of them.
-    private let finalPathClaims = FinalPathClaims()
+    /// Where this queue's finished files went (and, with a store, those of its earlier runs): an `overwrite` never
+    /// replaces one of them.
+    private let finalPathClaims: FinalPathClaims
     private let hooks: Hooks
 
     /// Test seams.
@@ -226,6 +227,11 @@ public actor DownloadQueue {
         } else {
             self.store = store
             storeConflict = nil
+        }
+        if let store = self.store {
+            finalPathClaims = FinalPathClaims { path, owner in store.recordClaim(path, by: owner) }
+        } else {
+            finalPathClaims = FinalPathClaims()
         }
         self.schedule = QueueSchedule(
             limits: .init(
@@ -432,6 +438,7 @@ public actor DownloadQueue {
         if let storeConflict { return [TaskStore.Problem(file: storeConflict.directory, error: storeConflict.error)] }
         guard let store else { return [] }
         let (records, problems) = store.load()
+        finalPathClaims.restore(store.claims())
         // Every temporary file a record or a download of this queue names is kept, not only the new ones'.
         var referenced = Set(records.compactMap { $0.token?.tempPath })
         referenced.formUnion(entries.values.compactMap { $0.token?.tempPath })
@@ -622,6 +629,7 @@ public actor DownloadQueue {
         guard let entry = entries[id] else { return }
         var download = configuration.download
         download.finalPathClaims = finalPathClaims
+        download.finalPathOwner = id.description
         if let expected = entry.expectedSHA256 { download.expectedSHA256 = expected }
         if let store {
             download.temporaryDirectory = URL(fileURLWithPath: store.partialPath, isDirectory: true)

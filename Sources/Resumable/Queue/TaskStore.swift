@@ -303,6 +303,68 @@ public final class TaskStore: Sendable {
                 if flushing { fsync(tasks) }
             }
         }
+        // Nothing left to finish: the names the finished ones took concern nobody any more.
+        if state.withLock({ $0.records.isEmpty }) { unlink(claimsPath) }
+    }
+
+    // MARK: - Claimed names
+
+    /// `claims`: the paths this store's downloads moved (or were about to move) their finished files to, each with
+    /// the download's identifier, so that a queue continued after a restart never replaces one of them with
+    /// ``DownloadTask/ExistingFilePolicy/overwrite`` (``FinalPathClaims``).
+    private var claimsPath: String { (directory.path as NSString).appendingPathComponent("claims") }
+
+    /// The most of `claims` read back (a batch of a hundred thousand files with long paths stays well under it).
+    static let maximumClaimsSize = 64 << 20
+
+    /// Appends a claim to `claims`, before the move it announces: one `write` of `id NUL path NUL`, not flushed (a
+    /// claim lost in a crash of the system costs only caution: the same name may be replaced later). Best effort.
+    func recordClaim(_ path: String, by owner: String) {
+        let descriptor = open(claimsPath, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return }
+        defer { close(descriptor) }
+        var bytes = Array(owner.utf8)
+        bytes.append(0)
+        bytes += Array(path.utf8)
+        bytes.append(0)
+        #if canImport(Glibc)
+            _ = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+        #else
+            _ = bytes.withUnsafeBytes { Darwin.write(descriptor, $0.baseAddress, $0.count) }
+        #endif
+    }
+
+    /// The claims in `claims` (none when it is missing, unreadable, not a regular file, or over
+    /// ``maximumClaimsSize``); a torn last entry is ignored.
+    func claims() -> [(path: String, owner: String)] {
+        let descriptor = open(claimsPath, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else { return [] }
+        defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG,
+            status.st_size <= Self.maximumClaimsSize
+        else { return [] }
+        var data = [UInt8](repeating: 0, count: Int(status.st_size))
+        var done = 0
+        while done < data.count {
+            let count = data.withUnsafeMutableBytes { read(descriptor, $0.baseAddress! + done, $0.count - done) }
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { break }
+            done += count
+        }
+        let fields = data[0..<done].split(separator: 0, omittingEmptySubsequences: false)
+        var claims: [(path: String, owner: String)] = []
+        var index = 0
+        // Pairs ending in NUL: the last field (after the last NUL) is empty or a torn entry.
+        while index + 2 < fields.count {
+            if let owner = String(validating: fields[index], as: UTF8.self),
+                let path = String(validating: fields[index + 1], as: UTF8.self), path.hasPrefix("/")
+            {
+                claims.append((path, owner))
+            }
+            index += 2
+        }
+        return claims
     }
 
     /// Flushes `tasks/`: the records written with `flushingDirectory` false are on disk after this returns.
