@@ -13,18 +13,6 @@ import Testing
 /// `--overwrite` within one batch (`FinalPathClaims`).
 @Suite("Today's fixes under attack: the command line")
 struct TodayFixesCLIAttackTests {
-    /// The library's temporary files in `directory` and their sizes.
-    static func temporaryFiles(in directory: URL) -> [String: Int64] {
-        var sizes: [String: Int64] = [:]
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
-        where name.hasPrefix(".resumable-") && name.hasSuffix(".partial") {
-            let attributes = try? FileManager.default.attributesOfItem(
-                atPath: directory.appendingPathComponent(name).path)
-            sizes[name] = (attributes?[.size] as? NSNumber)?.int64Value
-        }
-        return sizes
-    }
-
     /// The record files of the store in `state`.
     static func records(in state: URL) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: state.appendingPathComponent("tasks").path)) ?? [])
@@ -54,26 +42,13 @@ struct TodayFixesCLIAttackTests {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let scratch = try ScratchDirectory()
-        let content = Resource.generatedBytes(seed: 4201, range: 0..<(1 << 20))
-        let gate = BodyGate(holdingAfter: 100_000)
-        server.register(.bytes(content), at: "/aliased.bin")
-        server.enqueue(behavior: Behavior(gate: gate), for: "/aliased.bin")
-        try Data((server.url(for: "/aliased.bin").absoluteString + "\n").utf8).write(to: scratch.file("list.txt"))
         _ = try scratch.subdirectory("real")
         try FileManager.default.createSymbolicLink(
             atPath: scratch.file("alias").path, withDestinationPath: scratch.url.appendingPathComponent("real").path)
         let (first, second) = firstThroughAlias ? ("alias/state", "real/state") : ("real/state", "alias/state")
-
-        let process = try await CLIProcess.start(
-            ["get", "-i", "list.txt", "-o", "out/", "--state", first], in: scratch.url)
-        #expect(await gate.waitUntilHeld(count: 1, timeout: CLIProcess.deadline), "\(gate)")
         let partial = scratch.url.appendingPathComponent("real/state/partial")
-        let written = try await eventually { Self.temporaryFiles(in: partial).values.contains(100_000) }
-        try #require(written, "\(Self.temporaryFiles(in: partial))")
-        process.send(SIGINT)
-        let interrupted = try await process.finish()
-        gate.open()
-        try #require(interrupted.exitCode == 130, "\(interrupted)")
+        let content = try await PausedBatch.make(
+            server: server, in: scratch, path: "/aliased.bin", seed: 4201, state: first, partialDirectory: partial)
         try #require(Self.records(in: scratch.url.appendingPathComponent("real/state")).count == 1)
 
         let resumed = try await CLIProcess.run(["resume", "--state", second, "-q"], in: scratch.url)
@@ -86,7 +61,8 @@ struct TodayFixesCLIAttackTests {
         } else {
             Issue.record("the paused download did not finish: \(resumed)")
             #expect(
-                Self.temporaryFiles(in: partial).values.contains(100_000), "the 100,000 bytes were deleted: \(resumed)")
+                PausedBatch.temporaryFiles(in: partial).values.contains(100_000),
+                "the 100,000 bytes were deleted: \(resumed)")
             #expect(
                 Self.records(in: scratch.url.appendingPathComponent("real/state")).count == 1,
                 "the record was removed: the bytes are unowned, the next restore deletes them: \(resumed)")
@@ -133,7 +109,7 @@ struct TodayFixesCLIAttackTests {
             let firstSaved = try await eventually { (try? Data(contentsOf: saved)) == Data(first) }
             try #require(firstSaved, "the first file was not saved")
             let partial = scratch.url.appendingPathComponent("state/partial")
-            let checkpointed = try await eventually { Self.temporaryFiles(in: partial).values.contains(10_000) }
+            let checkpointed = try await eventually { PausedBatch.temporaryFiles(in: partial).values.contains(10_000) }
             try #require(checkpointed)
             process.send(SIGINT)
             let result = try await process.finish()
@@ -341,24 +317,12 @@ extension TodayFixesCLIAttackTests {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let scratch = try ScratchDirectory()
-        let content = Resource.generatedBytes(seed: 4205, range: 0..<(1 << 20))
-        let gate = BodyGate(holdingAfter: 100_000)
-        server.register(.bytes(content), at: "/copied.bin")
-        server.enqueue(behavior: Behavior(gate: gate), for: "/copied.bin")
-        try Data((server.url(for: "/copied.bin").absoluteString + "\n").utf8).write(to: scratch.file("list.txt"))
-        let process = try await CLIProcess.start(
-            ["get", "-i", "list.txt", "-o", "out/", "--state", "state"], in: scratch.url)
-        #expect(await gate.waitUntilHeld(count: 1, timeout: CLIProcess.deadline), "\(gate)")
         let partial = scratch.url.appendingPathComponent("state/partial")
-        let written = try await eventually { Self.temporaryFiles(in: partial).values.contains(100_000) }
-        try #require(written, "\(Self.temporaryFiles(in: partial))")
-        process.send(SIGINT)
-        let interrupted = try await process.finish()
-        gate.open()
-        try #require(interrupted.exitCode == 130, "\(interrupted)")
+        let content = try await PausedBatch.make(
+            server: server, in: scratch, path: "/copied.bin", seed: 4205, state: "state", partialDirectory: partial)
         let copy = scratch.url.appendingPathComponent("copy")
         try FileManager.default.copyItem(at: scratch.url.appendingPathComponent("state"), to: copy)
-        try #require(Self.temporaryFiles(in: copy.appendingPathComponent("partial")).values.contains(100_000))
+        try #require(PausedBatch.temporaryFiles(in: copy.appendingPathComponent("partial")).values.contains(100_000))
 
         let resumed = try await CLIProcess.run(["resume", "--state", "copy", "-q"], in: scratch.url)
         #expect(resumed.signal == nil, "\(resumed)")
@@ -369,7 +333,7 @@ extension TodayFixesCLIAttackTests {
         } else {
             Issue.record("the paused download did not finish: \(resumed)")
             #expect(
-                Self.temporaryFiles(in: copy.appendingPathComponent("partial")).values.contains(100_000),
+                PausedBatch.temporaryFiles(in: copy.appendingPathComponent("partial")).values.contains(100_000),
                 "the copy's 100,000 bytes were deleted: \(resumed)")
             #expect(Self.records(in: copy).count == 1, "the copy's record was removed: \(resumed)")
         }

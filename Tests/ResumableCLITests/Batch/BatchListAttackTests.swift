@@ -12,18 +12,6 @@ import Testing
 /// Adversarial review of batches through the real binary: state directories that moved, hostile lists.
 @Suite("Batch list attack: moved stores and hostile lists")
 struct BatchListAttackTests {
-    /// The library's temporary files in `directory` and their sizes.
-    static func temporaryFiles(in directory: URL) -> [String: Int64] {
-        var sizes: [String: Int64] = [:]
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
-        where name.hasPrefix(".resumable-") && name.hasSuffix(".partial") {
-            let attributes = try? FileManager.default.attributesOfItem(
-                atPath: directory.appendingPathComponent(name).path)
-            sizes[name] = (attributes?[.size] as? NSNumber)?.int64Value
-        }
-        return sizes
-    }
-
     /// Rule broken: nothing downloaded is lost without need (rule 2); a record that cannot be used is reported and
     /// left where it is, and then nothing is removed (`docs/task-store.md`, Restoring and Cleaning up); exit 0/75 or
     /// 65, not a download "failed for good".
@@ -45,25 +33,13 @@ struct BatchListAttackTests {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let scratch = try ScratchDirectory()
-        let content = Resource.generatedBytes(seed: 41, range: 0..<(1 << 20))
-        let gate = BodyGate(holdingAfter: 100_000)
-        server.register(.bytes(content), at: "/moved.bin")
-        server.enqueue(behavior: Behavior(gate: gate), for: "/moved.bin")
-        try Data((server.url(for: "/moved.bin").absoluteString + "\n").utf8).write(to: scratch.file("list.txt"))
-        let process = try await CLIProcess.start(
-            ["get", "-i", "list.txt", "-o", "out/", "--state", "state"], in: scratch.url)
-        #expect(await gate.waitUntilHeld(count: 1, timeout: CLIProcess.deadline), "\(gate)")
-        let partial = scratch.url.appendingPathComponent("state/partial")
-        let written = try await eventually { Self.temporaryFiles(in: partial).values.contains(100_000) }
-        try #require(written, "\(Self.temporaryFiles(in: partial))")
-        process.send(SIGINT)
-        let interrupted = try await process.finish()
-        gate.open()
-        #expect(interrupted.exitCode == 130, "\(interrupted)")
+        let content = try await PausedBatch.make(
+            server: server, in: scratch, path: "/moved.bin", seed: 41, state: "state",
+            partialDirectory: scratch.url.appendingPathComponent("state/partial"))
         let moved = scratch.url.appendingPathComponent("moved")
         try FileManager.default.moveItem(at: scratch.url.appendingPathComponent("state"), to: moved)
         let movedPartial = moved.appendingPathComponent("partial")
-        try #require(Self.temporaryFiles(in: movedPartial).values.contains(100_000))
+        try #require(PausedBatch.temporaryFiles(in: movedPartial).values.contains(100_000))
         let records = try FileManager.default.contentsOfDirectory(atPath: moved.appendingPathComponent("tasks").path)
         try #require(records.filter { $0.hasSuffix(".json") }.count == 1, "\(records)")
 
@@ -77,7 +53,7 @@ struct BatchListAttackTests {
             // Refused: the record and its bytes are left where they are.
             #expect(resumed.exitCode == 65, "\(resumed)")
             #expect(
-                Self.temporaryFiles(in: movedPartial).values.contains(100_000),
+                PausedBatch.temporaryFiles(in: movedPartial).values.contains(100_000),
                 "the 100,000 bytes on disk were deleted: \(resumed)")
             let left =
                 (try? FileManager.default.contentsOfDirectory(atPath: moved.appendingPathComponent("tasks").path))

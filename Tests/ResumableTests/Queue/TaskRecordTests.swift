@@ -8,12 +8,7 @@ import Testing
 @Suite("Task record: copies stay independent")
 struct TaskRecordTests {
     private static func token(tempPath: String) -> ResumeToken {
-        let date = Date(timeIntervalSince1970: 1_796_000_000)
-        return ResumeToken(
-            url: URL(string: "http://127.0.0.1:9/f.bin")!, originalURL: URL(string: "http://127.0.0.1:9/f.bin")!,
-            offset: 1000, expectedLength: 1 << 20, etag: "\"e\"", lastModified: nil, responseDate: nil,
-            acceptRanges: "bytes", tempPath: tempPath, suggestedFilename: "f.bin", destination: nil, headers: [:],
-            createdAt: date, updatedAt: date)
+        .sample(tempPath: tempPath)
     }
 
     @Test("Changing a copy leaves the original as it was")

@@ -7,12 +7,9 @@ import Testing
 @Suite("Token field finalName")
 struct FinalNameTests {
     private static func token(offset: Int64 = 1 << 20, finalName: String?) -> ResumeToken {
-        let date = Date(timeIntervalSince1970: 1_796_000_000)
-        return ResumeToken(
-            url: URL(string: "http://127.0.0.1:9/f.bin")!, originalURL: URL(string: "http://127.0.0.1:9/f.bin")!,
-            offset: offset, expectedLength: 1 << 20, etag: "\"e\"", lastModified: nil, responseDate: nil,
-            acceptRanges: "bytes", tempPath: "/tmp/out/" + TemporaryFileName.make(), suggestedFilename: "f.bin",
-            destination: "/tmp/out/", finalName: finalName, headers: [:], createdAt: date, updatedAt: date)
+        .sample(
+            tempPath: "/tmp/out/" + TemporaryFileName.make(), offset: offset, destination: "/tmp/out/",
+            finalName: finalName)
     }
 
     private static func object(_ token: ResumeToken) throws -> [String: Any] {

@@ -13,12 +13,7 @@ struct TokenWriteRaceTests {
     private static func token(tempPath: String = "/tmp/.resumable-00000000-0000-4000-8000-000000000000.partial")
         throws -> ResumeToken
     {
-        let date = Date(timeIntervalSince1970: 1_796_000_000)
-        return ResumeToken(
-            url: URL(string: "http://127.0.0.1:9/f.bin")!, originalURL: URL(string: "http://127.0.0.1:9/f.bin")!,
-            offset: 1000, expectedLength: 1 << 20, etag: "\"e\"", lastModified: nil, responseDate: nil,
-            acceptRanges: "bytes", tempPath: tempPath, suggestedFilename: "f.bin", destination: nil, headers: [:],
-            createdAt: date, updatedAt: date)
+        .sample(tempPath: tempPath)
     }
 
     /// Replaces whatever is at `path` with a file holding `bytes`, atomically, as another program would.
