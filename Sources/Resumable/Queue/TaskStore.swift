@@ -320,9 +320,14 @@ public final class TaskStore: Sendable {
     /// Appends a claim to `claims`, before the move it announces: one `write` of `id NUL path NUL`, not flushed (a
     /// claim lost in a crash of the system costs only caution: the same name may be replaced later). Best effort.
     func recordClaim(_ path: String, by owner: String) {
-        let descriptor = open(claimsPath, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        // Never through a symbolic link, never blocking on a FIFO, and only into a regular file.
+        let descriptor = open(claimsPath, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { return }
         defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG,
+            status.st_size <= Self.maximumClaimsSize
+        else { return }
         var bytes = Array(owner.utf8)
         bytes.append(0)
         bytes += Array(path.utf8)
