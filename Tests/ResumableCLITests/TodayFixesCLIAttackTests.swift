@@ -131,8 +131,10 @@ struct TodayFixesCLIAttackTests {
             let move = try #require(
                 steps.first { $0.count == 3 && ($0[1] == "rename" || $0[1] == "link") && $0[2] == dryTarget },
                 "no step moved a file to \(dryTarget): \(steps)")
+            // The same step in the real run (by kind and path, not by number: checkpoints depend on timing).
             let crashed = try await CLIProcess.run(
-                arguments, in: scratch.url, environment: ["RESUMABLE_CRASH_AFTER_STEP": move[0]])
+                arguments, in: scratch.url,
+                environment: ["RESUMABLE_CRASH_AFTER_STEP_MATCHING": move[1] + " " + saved.path])
             try #require(crashed.exitCode == 137, "\(crashed)")
             try #require(try Data(contentsOf: saved) == Data(first), "the crash did not leave the first file")
         }
@@ -210,7 +212,7 @@ extension TodayFixesCLIAttackTests {
     /// `docs/cli.md` allows a state directory on another file system than the output ("finished files are then
     /// renamed into place", otherwise copied). Sequence: `get -i list.txt -o out/ --state /dev/shm/…/state` (tmpfs,
     /// another file system), one 200,000-byte entry; a dry run lists the durable steps; the same batch is killed
-    /// (`RESUMABLE_CRASH_AFTER_STEP`) right after the step that renames the copy to `out/a.bin`, before the temporary
+    /// (`RESUMABLE_CRASH_AFTER_STEP_MATCHING`) right after the step that renames the copy to `out/a.bin`, before the temporary
     /// file in `partial/` is removed. Then `resume --state`.
     ///
     /// Observed: exit 0 and two files, `a.bin` and `a (1).bin`, with the same bytes. `PartialFile.move(to:replacing:)`
@@ -256,7 +258,10 @@ extension TodayFixesCLIAttackTests {
         let state = states.appendingPathComponent("state").path
         let crashed = try await CLIProcess.run(
             ["get", "-i", "list.txt", "-o", "out/", "--state", state, "-q"], in: scratch.url,
-            environment: ["RESUMABLE_CRASH_AFTER_STEP": move[0]])
+            environment: [
+                "RESUMABLE_CRASH_AFTER_STEP_MATCHING": move[1] + " "
+                    + scratch.url.appendingPathComponent("out/a.bin").path
+            ])
         try #require(crashed.exitCode == 137, "\(crashed)")
         let out = scratch.url.appendingPathComponent("out")
         try #require(try Data(contentsOf: out.appendingPathComponent("a.bin")) == Data(bytes))

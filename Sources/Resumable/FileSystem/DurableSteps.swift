@@ -12,8 +12,9 @@ import Synchronization
 ///
 /// In debug builds two environment variables turn it into a crash-point seam (the method of SQLite's crash
 /// tests and of the ALICE study): `RESUMABLE_STEP_LOG=FILE` appends one line per step (`N kind path`), and
-/// `RESUMABLE_CRASH_AFTER_STEP=N` ends the process with `_exit(137)` right after step N, as `kill -9` would.
-/// Release builds compile both away.
+/// `RESUMABLE_CRASH_AFTER_STEP=N` ends the process with `_exit(137)` right after step N, as `kill -9` would;
+/// `RESUMABLE_CRASH_AFTER_STEP_MATCHING="KIND PATH"` right after the first step of that kind on that path, however
+/// many steps came before it (checkpoints written or not, depending on timing). Release builds compile them away.
 package enum DurableSteps {
     /// What a step did.
     package enum Kind: String, Sendable {
@@ -21,13 +22,15 @@ package enum DurableSteps {
     }
 
     #if DEBUG
-        private static let configuration: (log: Int32?, crashAfter: Int?) = {
+        private static let configuration: (log: Int32?, crashAfter: Int?, crashMatching: String?) = {
             let environment = ProcessInfo.processInfo.environment
             let log = environment["RESUMABLE_STEP_LOG"].map {
                 open($0, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
             }
             let crashAfter = environment["RESUMABLE_CRASH_AFTER_STEP"].flatMap { Int($0) }
-            return (log.flatMap { $0 >= 0 ? $0 : nil }, crashAfter)
+            return (
+                log.flatMap { $0 >= 0 ? $0 : nil }, crashAfter, environment["RESUMABLE_CRASH_AFTER_STEP_MATCHING"]
+            )
         }()
         private static let counter = Atomic<Int>(0)
     #endif
@@ -37,7 +40,8 @@ package enum DurableSteps {
     package static func record(_ kind: Kind, _ path: String) {
         #if DEBUG
             let configuration = self.configuration
-            guard configuration.log != nil || configuration.crashAfter != nil else { return }
+            guard configuration.log != nil || configuration.crashAfter != nil || configuration.crashMatching != nil
+            else { return }
             let number = counter.add(1, ordering: .sequentiallyConsistent).newValue
             if let log = configuration.log {
                 let line = Array("\(number) \(kind.rawValue) \(path)\n".utf8)
@@ -48,6 +52,10 @@ package enum DurableSteps {
                 #endif
             }
             if number == configuration.crashAfter { _exit(137) }
+            if let matching = configuration.crashMatching, matching.utf8.elementsEqual("\(kind.rawValue) \(path)".utf8)
+            {
+                _exit(137)
+            }
         #endif
     }
 
