@@ -296,6 +296,8 @@ public actor DownloadQueue {
         }
         for continuation in subscribers.values { continuation.finish() }
         sharedSession?.close()
+        // A batch that is complete leaves no state (a released queue with downloads left keeps their names).
+        store?.removeClaimsIfNothingIsLeft()
     }
 
     // MARK: - Adding and restoring

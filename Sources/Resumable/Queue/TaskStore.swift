@@ -303,8 +303,6 @@ public final class TaskStore: Sendable {
                 if flushing { fsync(tasks) }
             }
         }
-        // Nothing left to finish: the names the finished ones took concern nobody any more.
-        if state.withLock({ $0.records.isEmpty }) { unlink(claimsPath) }
     }
 
     // MARK: - Claimed names
@@ -317,8 +315,19 @@ public final class TaskStore: Sendable {
     /// The most of `claims` read back (a batch of a hundred thousand files with long paths stays well under it).
     static let maximumClaimsSize = 64 << 20
 
-    /// Appends a claim to `claims`, before the move it announces: one `write` of `id NUL path NUL`, not flushed (a
-    /// claim lost in a crash of the system costs only caution: the same name may be replaced later). Best effort.
+    /// Removes `claims` when no record is left on disk (none read, written or refused): nothing is left to finish, so
+    /// the names the finished downloads took concern nobody any more. For a queue that is released (the end of a
+    /// batch), not while one runs: a queue whose store is empty for a moment may add more downloads.
+    func removeClaimsIfNothingIsLeft() {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: tasksPath),
+            !names.contains(where: { $0.hasSuffix(".json") })
+        else { return }
+        unlink(claimsPath)
+    }
+
+    /// Appends a claim to `claims`, before the move it announces: one `write` of `NUL id NUL path NUL`, not flushed
+    /// (a claim lost in a crash of the system costs only caution: the same name may be replaced later). Best effort.
+    /// The leading NUL lets a reader find the next entry after one torn by a crash or a full disk.
     func recordClaim(_ path: String, by owner: String) {
         // Never through a symbolic link, never blocking on a FIFO, and only into a regular file.
         let descriptor = open(claimsPath, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
@@ -328,7 +337,8 @@ public final class TaskStore: Sendable {
         guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG,
             status.st_size <= Self.maximumClaimsSize
         else { return }
-        var bytes = Array(owner.utf8)
+        var bytes: [UInt8] = [0]
+        bytes += Array(owner.utf8)
         bytes.append(0)
         bytes += Array(path.utf8)
         bytes.append(0)
@@ -340,7 +350,9 @@ public final class TaskStore: Sendable {
     }
 
     /// The claims in `claims` (none when it is missing, unreadable, not a regular file, or over
-    /// ``maximumClaimsSize``); a torn last entry is ignored.
+    /// ``maximumClaimsSize``). An entry is an identifier (a UUID) followed by an absolute path, each ended by a NUL;
+    /// anything else (a torn entry, the NUL that starts each entry) is skipped, and reading goes on with the next
+    /// identifier. A torn entry may yield a shortened path: a claim on a name nobody took, which costs only caution.
     func claims() -> [(path: String, owner: String)] {
         let descriptor = open(claimsPath, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else { return [] }
@@ -357,17 +369,20 @@ public final class TaskStore: Sendable {
             guard count > 0 else { break }
             done += count
         }
-        let fields = data[0..<done].split(separator: 0, omittingEmptySubsequences: false)
+        // Every field but the last ended with a NUL; the last is empty or torn.
+        let fields = data[0..<done].split(separator: 0, omittingEmptySubsequences: false).dropLast()
+            .map { String(validating: $0, as: UTF8.self) }
         var claims: [(path: String, owner: String)] = []
-        var index = 0
-        // Pairs ending in NUL: the last field (after the last NUL) is empty or a torn entry.
-        while index + 2 < fields.count {
-            if let owner = String(validating: fields[index], as: UTF8.self),
-                let path = String(validating: fields[index + 1], as: UTF8.self), path.hasPrefix("/")
+        var index = fields.startIndex
+        while index < fields.endIndex {
+            if let owner = fields[index], UUID(uuidString: owner) != nil, index + 1 < fields.endIndex,
+                let path = fields[index + 1], path.hasPrefix("/")
             {
                 claims.append((path, owner))
+                index += 2
+            } else {
+                index += 1
             }
-            index += 2
         }
         return claims
     }
