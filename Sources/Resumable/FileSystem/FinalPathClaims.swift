@@ -13,10 +13,16 @@ import Synchronization
 final class FinalPathClaims: Sendable {
     private let claimed = Mutex<[[UInt8]: String]>([:])
     private let onClaim: (@Sendable (_ path: String, _ owner: String) -> Void)?
+    private let onRelease: (@Sendable (_ path: String) -> Void)?
 
-    /// `onClaim` runs for each new claim, before the claim returns (a store writes it down).
-    init(onClaim: (@Sendable (_ path: String, _ owner: String) -> Void)? = nil) {
+    /// `onClaim` runs for each new claim before the claim returns, `onRelease` for each release (a store writes them
+    /// down: ``TaskStore/recordClaim(_:by:)``, ``TaskStore/releaseClaim(_:)``).
+    init(
+        onClaim: (@Sendable (_ path: String, _ owner: String) -> Void)? = nil,
+        onRelease: (@Sendable (_ path: String) -> Void)? = nil
+    ) {
         self.onClaim = onClaim
+        self.onRelease = onRelease
     }
 
     /// Adds claims read back from a store, keeping any made since.
@@ -42,12 +48,15 @@ final class FinalPathClaims: Sendable {
     }
 
     /// Gives `path` up after `owner`'s move to it failed: nothing of this queue is there, and another download may
-    /// take it. (A store keeps the claim on disk: after a restart the name stays `owner`'s, which is only cautious.)
+    /// take it, also after a restart (the store records the release).
     func release(_ path: String, by owner: String) {
-        claimed.withLock { claimed in
+        let released = claimed.withLock { claimed in
             let key = Array(path.utf8)
-            if claimed[key] == owner { claimed[key] = nil }
+            guard claimed[key] == owner else { return false }
+            claimed[key] = nil
+            return true
         }
+        if released { onRelease?(path) }
     }
 
     /// Whether a download of this queue other than `owner` claimed `path`.

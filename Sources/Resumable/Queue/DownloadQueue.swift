@@ -229,7 +229,11 @@ public actor DownloadQueue {
             storeConflict = nil
         }
         if let store = self.store {
-            finalPathClaims = FinalPathClaims { path, owner in store.recordClaim(path, by: owner) }
+            // Names an earlier, complete batch took concern nobody: only a store with records left keeps them.
+            store.removeClaimsIfNothingIsLeft()
+            finalPathClaims = FinalPathClaims(
+                onClaim: { path, owner in store.recordClaim(path, by: owner) },
+                onRelease: { path in store.releaseClaim(path) })
         } else {
             finalPathClaims = FinalPathClaims()
         }
@@ -296,8 +300,9 @@ public actor DownloadQueue {
         }
         for continuation in subscribers.values { continuation.finish() }
         sharedSession?.close()
-        // A batch that is complete leaves no state (a released queue with downloads left keeps their names).
-        store?.removeClaimsIfNothingIsLeft()
+        // A batch that is complete leaves no state (a released queue with downloads left keeps their names; the
+        // download that removes the last record after this takes them along).
+        store?.queueWasReleased()
     }
 
     // MARK: - Adding and restoring

@@ -303,6 +303,8 @@ public final class TaskStore: Sendable {
                 if flushing { fsync(tasks) }
             }
         }
+        // A download that ends after its queue was released: the last one takes the names along.
+        if queueReleased.load(ordering: .sequentiallyConsistent) { removeClaimsIfNothingIsLeft() }
     }
 
     // MARK: - Claimed names
@@ -312,12 +314,20 @@ public final class TaskStore: Sendable {
     /// ``DownloadTask/ExistingFilePolicy/overwrite`` (``FinalPathClaims``).
     private var claimsPath: String { (directory.path as NSString).appendingPathComponent("claims") }
 
-    /// The most of `claims` read back (a batch of a hundred thousand files with long paths stays well under it).
-    static let maximumClaimsSize = 64 << 20
+    /// The most `claims` may hold: appends stop there, and a reader reads no more (a batch of a hundred thousand files
+    /// with long paths stays well under it).
+    static let maximumClaimsSize = 16 << 20
+
+    /// The owner of an entry that gives its path back (``releaseClaim(_:)``): the nil UUID, never a download's.
+    static let releasedOwner = "00000000-0000-0000-0000-000000000000"
+
+    /// Set once the store's queue is released: from then on the download that removes the last record also removes
+    /// `claims` (``remove(_:flushing:)``).
+    private let queueReleased = Atomic<Bool>(false)
 
     /// Removes `claims` when no record is left on disk (none read, written or refused): nothing is left to finish, so
-    /// the names the finished downloads took concern nobody any more. For a queue that is released (the end of a
-    /// batch), not while one runs: a queue whose store is empty for a moment may add more downloads.
+    /// the names the finished downloads took concern nobody any more. Called when a queue starts on the store (a
+    /// new batch must not inherit an old one's names) and when it is released (then also by the last removal).
     func removeClaimsIfNothingIsLeft() {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: tasksPath),
             !names.contains(where: { $0.hasSuffix(".json") })
@@ -325,23 +335,39 @@ public final class TaskStore: Sendable {
         unlink(claimsPath)
     }
 
+    /// The store's queue is released: `claims` goes now if no record is left, or with the last record removed.
+    func queueWasReleased() {
+        queueReleased.store(true, ordering: .sequentiallyConsistent)
+        removeClaimsIfNothingIsLeft()
+    }
+
     /// Appends a claim to `claims`, before the move it announces: one `write` of `NUL id NUL path NUL`, not flushed
-    /// (a claim lost in a crash of the system costs only caution: the same name may be replaced later). Best effort.
-    /// The leading NUL lets a reader find the next entry after one torn by a crash or a full disk.
+    /// (a claim lost in a crash of the system costs only caution: the same name may be replaced later). Best effort;
+    /// nothing is appended past ``maximumClaimsSize``. The leading NUL lets a reader find the next entry after one
+    /// torn by a crash or a full disk.
     func recordClaim(_ path: String, by owner: String) {
+        append(owner: owner, path: path)
+    }
+
+    /// Records that `path` is nobody's any more (a move to it failed): a later claim of anyone may take it.
+    func releaseClaim(_ path: String) {
+        append(owner: Self.releasedOwner, path: path)
+    }
+
+    private func append(owner: String, path: String) {
+        var bytes: [UInt8] = [0]
+        bytes += Array(owner.utf8)
+        bytes.append(0)
+        bytes += Array(path.utf8)
+        bytes.append(0)
         // Never through a symbolic link, never blocking on a FIFO, and only into a regular file.
         let descriptor = open(claimsPath, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { return }
         defer { close(descriptor) }
         var status = stat()
         guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG,
-            status.st_size <= Self.maximumClaimsSize
+            Int(status.st_size) + bytes.count <= Self.maximumClaimsSize
         else { return }
-        var bytes: [UInt8] = [0]
-        bytes += Array(owner.utf8)
-        bytes.append(0)
-        bytes += Array(path.utf8)
-        bytes.append(0)
         #if canImport(Glibc)
             _ = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
         #else
@@ -349,19 +375,19 @@ public final class TaskStore: Sendable {
         #endif
     }
 
-    /// The claims in `claims` (none when it is missing, unreadable, not a regular file, or over
-    /// ``maximumClaimsSize``). An entry is an identifier (a UUID) followed by an absolute path, each ended by a NUL;
-    /// anything else (a torn entry, the NUL that starts each entry) is skipped, and reading goes on with the next
-    /// identifier. A torn entry may yield a shortened path: a claim on a name nobody took, which costs only caution.
+    /// The claims in `claims`, one per path: the last entry for a path wins, and a release (``releaseClaim(_:)``)
+    /// leaves the path unclaimed. None when the file is missing, unreadable or not a regular file; at most the first
+    /// ``maximumClaimsSize`` bytes are read. An entry is an identifier (a UUID) followed by an absolute path, each
+    /// ended by a NUL; anything else (a torn entry, the NUL that starts each entry) is skipped, and reading goes on
+    /// after the next NUL. A torn entry may yield a shortened path: a claim on a name nobody took, which costs only
+    /// caution. One pass over the bytes, without a copy per field.
     func claims() -> [(path: String, owner: String)] {
         let descriptor = open(claimsPath, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else { return [] }
         defer { close(descriptor) }
         var status = stat()
-        guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG,
-            status.st_size <= Self.maximumClaimsSize
-        else { return [] }
-        var data = [UInt8](repeating: 0, count: Int(status.st_size))
+        guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else { return [] }
+        var data = [UInt8](repeating: 0, count: min(Int(status.st_size), Self.maximumClaimsSize))
         var done = 0
         while done < data.count {
             let count = data.withUnsafeMutableBytes { read(descriptor, $0.baseAddress! + done, $0.count - done) }
@@ -369,22 +395,37 @@ public final class TaskStore: Sendable {
             guard count > 0 else { break }
             done += count
         }
-        // Every field but the last ended with a NUL; the last is empty or torn.
-        let fields = data[0..<done].split(separator: 0, omittingEmptySubsequences: false).dropLast()
-            .map { String(validating: $0, as: UTF8.self) }
-        var claims: [(path: String, owner: String)] = []
-        var index = fields.startIndex
-        while index < fields.endIndex {
-            if let owner = fields[index], UUID(uuidString: owner) != nil, index + 1 < fields.endIndex,
-                let path = fields[index + 1], path.hasPrefix("/")
-            {
-                claims.append((path, owner))
-                index += 2
-            } else {
-                index += 1
+        var order: [String] = []
+        var owners: [String: String] = [:]
+        data.withUnsafeBufferPointer { bytes in
+            let end = done
+            /// The end (index of the NUL) of the field that starts at `start`; `nil` when no NUL ends it.
+            func fieldEnd(from start: Int) -> Int? {
+                var index = start
+                while index < end, bytes[index] != 0 { index += 1 }
+                return index < end ? index : nil
+            }
+            var start = 0
+            while start < end {
+                guard let ownerEnd = fieldEnd(from: start) else { break }
+                // A UUID is 36 bytes; the cheap test first, then the exact one.
+                if ownerEnd - start == 36, ownerEnd + 1 < end, bytes[ownerEnd + 1] == UInt8(ascii: "/"),
+                    let pathEnd = fieldEnd(from: ownerEnd + 1),
+                    let owner = String(validating: bytes[start..<ownerEnd], as: UTF8.self),
+                    UUID(uuidString: owner) != nil,
+                    let path = String(validating: bytes[(ownerEnd + 1)..<pathEnd], as: UTF8.self)
+                {
+                    if owners.updateValue(owner, forKey: path) == nil { order.append(path) }
+                    start = pathEnd + 1
+                } else {
+                    start = ownerEnd + 1
+                }
             }
         }
-        return claims
+        return order.compactMap { path in
+            guard let owner = owners[path], owner != Self.releasedOwner else { return nil }
+            return (path, owner)
+        }
     }
 
     /// Flushes `tasks/`: the records written with `flushingDirectory` false are on disk after this returns.
