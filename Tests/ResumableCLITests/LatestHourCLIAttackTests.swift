@@ -34,7 +34,7 @@ struct LatestHourCLIAttackTests {
         try #require(mkfifo(state.appendingPathComponent("claims").path, 0o600) == 0)
 
         let result = try await CLIProcess.run(
-            ["get", "-i", "list.txt", "-o", "out/", "--state", "state", "-q"], in: scratch.url, timeout: .seconds(30))
+            ["get", "-i", "list.txt", "-o", "out/", "--state", "state", "-q"], in: scratch.url)
         #expect(result.exitCode == 0, "\(result)")
         #expect(
             (try? Data(contentsOf: scratch.url.appendingPathComponent("out/a.bin"))) == Data(bytes),
