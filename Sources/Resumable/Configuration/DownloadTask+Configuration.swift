@@ -75,9 +75,12 @@ extension DownloadTask {
     public enum ExistingFilePolicy: Hashable, Sendable {
         /// Choose a free name next to it, as browsers do: `name (1).ext`, `name (2).ext`, …
         case chooseFreeName
-        /// Replace the existing file (atomically, by rename).
+        /// Replace the existing file (atomically, by rename). In a ``DownloadQueue``, only a file that was there
+        /// before: a name another download of the same queue saved a file under (also in an earlier run on the
+        /// same ``TaskStore``) gets a free name instead, as with ``chooseFreeName``.
         case overwrite
-        /// Fail with ``ResumableError/Code/destinationExists``, keeping the temporary file and the token.
+        /// Fail with ``ResumableError/Code/destinationExists``, keeping the temporary file and the token. In a
+        /// ``DownloadQueue``, also when another download of the queue is saving its file under that name.
         case fail
     }
 

@@ -45,6 +45,7 @@ struct Finisher: Sendable {
                 claims?.release(wanted, by: owner)
                 throw error
             }
+            claims?.moved(wanted, by: owner)
             return wanted
         case .fail:
             guard ours else {
@@ -57,12 +58,14 @@ struct Finisher: Sendable {
                 if Self.isTaken(wanted) { throw ResumableError(.destinationExists, "'\(wanted)' already exists") }
                 throw error
             }
+            claims?.moved(wanted, by: owner)
             return wanted
         case .chooseFreeName, .overwrite:
             // The name itself first: usually free, and the move (which never replaces) says when it is not.
             if ours {
                 do {
                     try file.move(to: wanted, replacing: false)
+                    claims?.moved(wanted, by: owner)
                     return wanted
                 } catch {
                     // Someone else's file is there: the name stays theirs, and this download takes a free one.
@@ -79,9 +82,15 @@ struct Finisher: Sendable {
                 let path = (directory as NSString).appendingPathComponent(free)
                 // Not yet on disk, but another download of the queue is about to move its file there.
                 guard claims?.claim(path, by: owner) ?? true else { continue }
-                try announce(free)
+                do {
+                    try announce(free)
+                } catch {
+                    claims?.release(path, by: owner)
+                    throw error
+                }
                 do {
                     try file.move(to: path, replacing: false)
+                    claims?.moved(path, by: owner)
                     return path
                 } catch {
                     claims?.release(path, by: owner)

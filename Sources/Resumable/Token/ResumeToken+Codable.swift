@@ -117,9 +117,14 @@ extension ResumeToken: Codable {
         self.destination = destination
         let finalName = try container.decodeIfPresent(String.self, forKey: .finalName)
         if let finalName {
-            guard SuggestedFilename.sanitize(finalName) == finalName else {
+            // A name in the destination's directory, nothing more: no separator, not `.` or `..`, no NUL. Not
+            // `SuggestedFilename`'s rules: the free name numbers the caller's own file name (`.env (1)`), which
+            // a server's name would never be.
+            guard !finalName.isEmpty, finalName != ".", finalName != "..", !finalName.utf8.contains(UInt8(ascii: "/")),
+                !finalName.utf8.contains(0)
+            else {
                 throw ResumableError.invalidToken(
-                    field: "finalName", "is not a safe file name: \(finalName.debugDescription)")
+                    field: "finalName", "is not a plain file name: \(finalName.debugDescription)")
             }
             guard let expectedLength, offset == expectedLength else {
                 throw ResumableError.invalidToken(

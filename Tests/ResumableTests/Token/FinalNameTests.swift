@@ -30,14 +30,23 @@ struct FinalNameTests {
     }
 
     @Test(
-        "A name that is not a safe file name is refused: it could point a resume at any file",
-        arguments: ["../f.bin", "a/b.bin", "/etc/passwd", "", "..", "f\u{0}.bin", "f\n.bin", " f.bin"])
+        "A name that is not a plain file name is refused: it could point a resume outside the directory",
+        arguments: ["../f.bin", "a/b.bin", "/etc/passwd", "", "..", ".", "f\u{0}.bin", "dir/"])
     func unsafeNames(name: String) throws {
         var object = try Self.object(Self.token(finalName: nil))
         object["finalName"] = name
         let error = #expect(throws: ResumableError.self) { try Self.decoding(object) }
         #expect(error?.code == .invalidToken)
         #expect(error?.message.contains("finalName") == true, "\(String(describing: error))")
+    }
+
+    @Test(
+        "A plain name of the caller's own is read back, leading dot and all",
+        arguments: [".env (1)", "f (1).bin", " f.bin", "f\n.bin", "名前 (2).txt"])
+    func plainNames(name: String) throws {
+        var object = try Self.object(Self.token(finalName: nil))
+        object["finalName"] = name
+        #expect(try Self.decoding(object).finalName == name)
     }
 
     @Test("Only a token of a complete file has one, and it is a string")
