@@ -28,8 +28,6 @@ final class FinalPathClaims: Sendable {
     }
 
     private let claimed = Mutex<[[UInt8]: Claim]>([:])
-    /// The last directory resolved, and what it resolved to: a list's downloads share one.
-    private let lastDirectory = Mutex<(given: String, resolved: String)?>(nil)
     private let onClaim: (@Sendable (_ path: String, _ owner: String) -> Void)?
     private let onRelease: (@Sendable (_ path: String) -> Void)?
 
@@ -99,17 +97,15 @@ final class FinalPathClaims: Sendable {
     }
 
     /// `path` with its directory resolved (`realpath`), when the directory exists; `path` as given otherwise.
+    ///
+    /// Resolved every time, never from a cache: a link in the path may be pointed elsewhere between two downloads
+    /// (`ln -sfn`), and a claim filed under where it pointed before would miss the file it protects.
     private func resolve(_ path: String) -> String {
         let directory = (path as NSString).deletingLastPathComponent
         let name = (path as NSString).lastPathComponent
-        if let last = lastDirectory.withLock({ $0 }), last.given.utf8.elementsEqual(directory.utf8) {
-            return (last.resolved as NSString).appendingPathComponent(name)
-        }
         guard let pointer = realpath(directory.isEmpty ? "." : directory, nil) else { return path }
         defer { free(pointer) }
-        let resolved = String(cString: pointer)
-        lastDirectory.withLock { $0 = (directory, resolved) }
-        return (resolved as NSString).appendingPathComponent(name)
+        return (String(cString: pointer) as NSString).appendingPathComponent(name)
     }
 
     /// Whether anything has the name `path` (`lstat`: a dangling link counts).

@@ -57,9 +57,6 @@ public final class TaskStore: Sendable {
     /// `tasks/`, open while the store is: records are written, renamed and removed relative to it, and it is
     /// flushed through it, without looking the path up again for every step.
     private let tasksDescriptor: Int32
-    /// ``holds(_:)``'s last answer, for the destination directory it names.
-    private let lastHoldsAnswer = Mutex<(directory: String, holds: Bool)?>(nil)
-
     /// `tasks/` opened again because another directory took its place (renamed, replaced) while the store was open;
     /// the last one is current. Older descriptors stay open until the store closes: a step may be using one.
     private let reopenedTasks = Mutex<[Int32]>([])
@@ -527,16 +524,10 @@ public final class TaskStore: Sendable {
     /// Whether `destination`'s directory is the store's directory or lies inside it, by path as given and, where the
     /// directories exist, as resolved (symbolic links followed); compared as bytes.
     ///
-    /// The answer for the last destination directory asked about is kept: the downloads of a list share one, and
-    /// resolving it costs a system call per path component.
+    /// Asked afresh each time (a system call per path component): a link in the destination's path may be pointed
+    /// elsewhere between two additions.
     func holds(_ destination: DownloadTask.Destination) -> Bool {
-        let key = destination.directoryPath
-        if let known = lastHoldsAnswer.withLock({ $0 }), known.directory.utf8.elementsEqual(key.utf8) {
-            return known.holds
-        }
-        let holds = Self.directory(directory, holds: destination)
-        lastHoldsAnswer.withLock { $0 = (key, holds) }
-        return holds
+        Self.directory(directory, holds: destination)
     }
 
     /// ``holds(_:)`` for the store that is or would be in `directory`, before it is opened.

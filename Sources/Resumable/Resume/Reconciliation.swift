@@ -234,7 +234,13 @@ package enum Reconciliation {
     private static func finalPath(_ token: ResumeToken) -> String {
         let destination = tokenDestination(token)
         if let finalName = token.finalName {
-            return (destination.directoryPath as NSString).appendingPathComponent(finalName)
+            let path = (destination.directoryPath as NSString).appendingPathComponent(finalName)
+            // Never the temporary file itself (the reader refuses such a name; this holds for any spelling).
+            if !URL(fileURLWithPath: path).standardizedFileURL.path.utf8.elementsEqual(
+                URL(fileURLWithPath: token.tempPath).standardizedFileURL.path.utf8)
+            {
+                return path
+            }
         }
         switch destination.kind {
         case .directory(let path): return (path as NSString).appendingPathComponent(token.suggestedFilename)

@@ -120,8 +120,9 @@ extension ResumeToken: Codable {
             // A name in the destination's directory, nothing more: no separator, not `.` or `..`, no NUL. Not
             // `SuggestedFilename`'s rules: the free name numbers the caller's own file name (`.env (1)`), which
             // a server's name would never be.
+            // And never a name this library gives its temporary files: the finished file is never one of them.
             guard !finalName.isEmpty, finalName != ".", finalName != "..", !finalName.utf8.contains(UInt8(ascii: "/")),
-                !finalName.utf8.contains(0)
+                !finalName.utf8.contains(0), !TemporaryFileName.isValid(finalName)
             else {
                 throw ResumableError.invalidToken(
                     field: "finalName", "is not a plain file name: \(finalName.debugDescription)")
