@@ -79,8 +79,7 @@ extension DownloadTask {
         /// before: a name another download of the same queue saved a file under (also in an earlier run on the
         /// same ``TaskStore``) gets a free name instead, as with ``chooseFreeName``.
         case overwrite
-        /// Fail with ``ResumableError/Code/destinationExists``, keeping the temporary file and the token. In a
-        /// ``DownloadQueue``, also when another download of the queue is saving its file under that name.
+        /// Fail with ``ResumableError/Code/destinationExists``, keeping the temporary file and the token.
         case fail
     }
 

@@ -28,6 +28,8 @@ final class FinalPathClaims: Sendable {
     }
 
     private let claimed = Mutex<[[UInt8]: Claim]>([:])
+    /// The last directory resolved: as given, what it resolved to, and its device and inode then.
+    private let lastDirectory = Mutex<(given: String, resolved: String, device: UInt64, inode: UInt64)?>(nil)
     private let onClaim: (@Sendable (_ path: String, _ owner: String) -> Void)?
     private let onRelease: (@Sendable (_ path: String) -> Void)?
 
@@ -98,14 +100,27 @@ final class FinalPathClaims: Sendable {
 
     /// `path` with its directory resolved (`realpath`), when the directory exists; `path` as given otherwise.
     ///
-    /// Resolved every time, never from a cache: a link in the path may be pointed elsewhere between two downloads
-    /// (`ln -sfn`), and a claim filed under where it pointed before would miss the file it protects.
+    /// The last resolution is used again only while the directory as given and the directory it resolved to are still
+    /// one directory (device and inode, two `stat`s): a link in the path pointed elsewhere (`ln -sfn`) or a directory
+    /// renamed since is resolved afresh, so a claim is never filed under where a path led before.
     private func resolve(_ path: String) -> String {
         let directory = (path as NSString).deletingLastPathComponent
         let name = (path as NSString).lastPathComponent
-        guard let pointer = realpath(directory.isEmpty ? "." : directory, nil) else { return path }
+        let given = directory.isEmpty ? "." : directory
+        var status = stat()
+        guard stat(given, &status) == 0 else { return path }
+        let (device, inode) = (UInt64(status.st_dev), UInt64(status.st_ino))
+        if let last = lastDirectory.withLock({ $0 }), last.given.utf8.elementsEqual(given.utf8),
+            last.device == device, last.inode == inode, stat(last.resolved, &status) == 0,
+            UInt64(status.st_dev) == device, UInt64(status.st_ino) == inode
+        {
+            return (last.resolved as NSString).appendingPathComponent(name)
+        }
+        guard let pointer = realpath(given, nil) else { return path }
         defer { free(pointer) }
-        return (String(cString: pointer) as NSString).appendingPathComponent(name)
+        let resolved = String(cString: pointer)
+        lastDirectory.withLock { $0 = (given, resolved, device, inode) }
+        return (resolved as NSString).appendingPathComponent(name)
     }
 
     /// Whether anything has the name `path` (`lstat`: a dangling link counts).

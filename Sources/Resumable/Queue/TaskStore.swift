@@ -524,11 +524,24 @@ public final class TaskStore: Sendable {
     /// Whether `destination`'s directory is the store's directory or lies inside it, by path as given and, where the
     /// directories exist, as resolved (symbolic links followed); compared as bytes.
     ///
-    /// Asked afresh each time (a system call per path component): a link in the destination's path may be pointed
-    /// elsewhere between two additions.
+    /// The last answer is used again only while the destination's directory is still the directory it was (device and
+    /// inode, one `stat` that follows links): a link in its path pointed elsewhere since is asked about afresh.
     func holds(_ destination: DownloadTask.Destination) -> Bool {
-        Self.directory(directory, holds: destination)
+        let path = destination.directoryPath
+        var status = stat()
+        let identity = stat(path, &status) == 0 ? (UInt64(status.st_dev), UInt64(status.st_ino)) : nil
+        if let identity, let last = lastHoldsAnswer.withLock({ $0 }), last.directory.utf8.elementsEqual(path.utf8),
+            last.device == identity.0, last.inode == identity.1
+        {
+            return last.holds
+        }
+        let holds = Self.directory(directory, holds: destination)
+        if let identity { lastHoldsAnswer.withLock { $0 = (path, identity.0, identity.1, holds) } }
+        return holds
     }
+
+    /// ``holds(_:)``'s last answer: for which directory (as given, and its device and inode then).
+    private let lastHoldsAnswer = Mutex<(directory: String, device: UInt64, inode: UInt64, holds: Bool)?>(nil)
 
     /// ``holds(_:)`` for the store that is or would be in `directory`, before it is opened.
     package static func directory(_ directory: URL, holds destination: DownloadTask.Destination) -> Bool {
