@@ -22,9 +22,10 @@ struct Finisher: Sendable {
     /// (``ResumeToken/finalName``). A move under the destination's own name announces nothing: the token already
     /// points there.
     ///
-    /// In a queue, with ``DownloadTask/ExistingFilePolicy/overwrite``, every path is claimed before the move
-    /// (``FinalPathClaims``): a path another download of the queue took gets a free name instead, as with
-    /// ``DownloadTask/ExistingFilePolicy/chooseFreeName``. The other policies never replace a file, and need no claims.
+    /// In a queue, every path is claimed before the move (``FinalPathClaims``), whatever the policy (a later run on the
+    /// same store may overwrite): with ``DownloadTask/ExistingFilePolicy/overwrite`` a path another download of the
+    /// queue took gets a free name instead, as with ``DownloadTask/ExistingFilePolicy/chooseFreeName``; with
+    /// ``DownloadTask/ExistingFilePolicy/fail`` it fails.
     func moveIntoPlace(
         _ file: PartialFile, suggestedFilename: String,
         announce: (String) throws(ResumableError) -> Void = { _ in }
@@ -35,9 +36,6 @@ struct Finisher: Sendable {
         case .directory(let path): wanted = (path as NSString).appendingPathComponent(suggestedFilename)
         case .file(let path): wanted = path
         }
-        // Only an overwrite needs the queue's claims: the other policies never replace a file (a move that finds the
-        // name taken fails, or takes a free one), and they save the claim's bookkeeping for every file.
-        let claims = existingFile == .overwrite ? self.claims : nil
         let ours = claims?.claim(wanted, by: owner) ?? true
         switch existingFile {
         case .overwrite where ours:
