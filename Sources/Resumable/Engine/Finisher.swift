@@ -39,38 +39,26 @@ struct Finisher: Sendable {
         let ours = claims?.claim(wanted, by: owner) ?? true
         switch existingFile {
         case .overwrite where ours:
-            do {
-                try file.move(to: wanted, replacing: true)
-            } catch {
-                claims?.release(wanted, by: owner)
-                throw error
-            }
-            claims?.moved(wanted, by: owner)
+            try move(file, to: wanted, replacing: true)
             return wanted
         case .fail:
             guard ours else {
                 throw ResumableError(.destinationExists, "'\(wanted)' is another download's of the same queue")
             }
             do {
-                try file.move(to: wanted, replacing: false)
-            } catch {
-                claims?.release(wanted, by: owner)
-                if Self.isTaken(wanted) { throw ResumableError(.destinationExists, "'\(wanted)' already exists") }
-                throw error
+                try move(file, to: wanted, replacing: false)
+            } catch  where Self.isTaken(wanted) {
+                throw ResumableError(.destinationExists, "'\(wanted)' already exists")
             }
-            claims?.moved(wanted, by: owner)
             return wanted
         case .chooseFreeName, .overwrite:
             // The name itself first: usually free, and the move (which never replaces) says when it is not.
             if ours {
                 do {
-                    try file.move(to: wanted, replacing: false)
-                    claims?.moved(wanted, by: owner)
+                    try move(file, to: wanted, replacing: false)
                     return wanted
-                } catch {
+                } catch  where Self.isTaken(wanted) {
                     // Someone else's file is there: the name stays theirs, and this download takes a free one.
-                    claims?.release(wanted, by: owner)
-                    guard Self.isTaken(wanted) else { throw error }
                 }
             }
             let name = (wanted as NSString).lastPathComponent
@@ -89,17 +77,26 @@ struct Finisher: Sendable {
                     throw error
                 }
                 do {
-                    try file.move(to: path, replacing: false)
-                    claims?.moved(path, by: owner)
+                    try move(file, to: path, replacing: false)
                     return path
-                } catch {
-                    claims?.release(path, by: owner)
-                    // Taken between the check and the move: try the next free name.
-                    guard Self.isTaken(path) else { throw error }
+                } catch  where Self.isTaken(path) {
+                    continue  // Taken between the check and the move: try the next free name.
                 }
             }
             throw ResumableError(.destinationExists, "no free name for '\(wanted)'")
         }
+    }
+
+    /// Moves `file` to `path`, which this download claimed: the claim is marked moved when the file is there, and
+    /// given back when the move failed (nothing of this queue is at `path` then).
+    private func move(_ file: PartialFile, to path: String, replacing: Bool) throws(ResumableError) {
+        do {
+            try file.move(to: path, replacing: replacing)
+        } catch {
+            claims?.release(path, by: owner)
+            throw error
+        }
+        claims?.moved(path, by: owner)
     }
 
     /// Whether anything has the name `path`, a symbolic link too, even one that points nowhere: the moves never

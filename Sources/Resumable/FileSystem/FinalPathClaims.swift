@@ -57,11 +57,11 @@ final class FinalPathClaims: Sendable {
     /// Claims `path` for `owner`'s finished file; false when another download of the queue has it (and, if its file
     /// was moved there, the file is still there).
     func claim(_ path: String, by owner: String) -> Bool {
-        let key = Self.key(path) ?? Array(path.utf8)
+        let key = Self.lookupKey(path)
         let new = claimed.withLock { claimed -> Bool? in
             if let holder = claimed[key] {
                 if holder.owner == owner { return false }
-                guard holder.moved, !Self.exists(path) else { return nil }
+                guard holder.moved, !Finisher.isTaken(path) else { return nil }
             }
             claimed[key] = Claim(owner: owner, moved: false)
             return true
@@ -73,7 +73,7 @@ final class FinalPathClaims: Sendable {
 
     /// Says that `owner`'s file is now at `path`.
     func moved(_ path: String, by owner: String) {
-        let key = Self.key(path) ?? Array(path.utf8)
+        let key = Self.lookupKey(path)
         claimed.withLock { claimed in
             if claimed[key]?.owner == owner { claimed[key]?.moved = true }
         }
@@ -82,7 +82,7 @@ final class FinalPathClaims: Sendable {
     /// Gives `path` up after `owner`'s move to it failed: nothing of this queue is there, and another download may
     /// take it, also after a restart (the store records the release).
     func release(_ path: String, by owner: String) {
-        let key = Self.key(path) ?? Array(path.utf8)
+        let key = Self.lookupKey(path)
         let released = claimed.withLock { claimed in
             guard claimed[key]?.owner == owner else { return false }
             claimed[key] = nil
@@ -93,9 +93,9 @@ final class FinalPathClaims: Sendable {
 
     /// Whether a download of this queue other than `owner` holds `path` (as ``claim(_:by:)`` would refuse it).
     func isClaimed(_ path: String, byOtherThan owner: String) -> Bool {
-        let key = Self.key(path) ?? Array(path.utf8)
+        let key = Self.lookupKey(path)
         guard let holder = claimed.withLock({ $0[key] }), holder.owner != owner else { return false }
-        return !holder.moved || Self.exists(path)
+        return !holder.moved || Finisher.isTaken(path)
     }
 
     /// The key of `path`: its directory's device and inode, then its name; `nil` when the directory is not there.
@@ -108,17 +108,14 @@ final class FinalPathClaims: Sendable {
         return key
     }
 
-    /// `path` with its directory resolved (`realpath`), for the store; `path` as given when that fails.
-    private static func resolved(_ path: String) -> String {
-        let directory = (path as NSString).deletingLastPathComponent
-        guard let pointer = realpath(directory.isEmpty ? "." : directory, nil) else { return path }
-        defer { free(pointer) }
-        return (String(cString: pointer) as NSString).appendingPathComponent((path as NSString).lastPathComponent)
+    /// ``key(_:)``, or the path's bytes when its directory is not there (nothing can be moved there then either).
+    private static func lookupKey(_ path: String) -> [UInt8] {
+        key(path) ?? Array(path.utf8)
     }
 
-    /// Whether anything has the name `path` (`lstat`: a dangling link counts).
-    private static func exists(_ path: String) -> Bool {
-        var status = stat()
-        return lstat(path, &status) == 0
+    /// `path` with its directory resolved, for the store; `path` as given when that fails.
+    private static func resolved(_ path: String) -> String {
+        guard let directory = ResolvedPath.of((path as NSString).deletingLastPathComponent) else { return path }
+        return (directory as NSString).appendingPathComponent((path as NSString).lastPathComponent)
     }
 }

@@ -552,32 +552,12 @@ public final class TaskStore: Sendable {
         let path = URL(fileURLWithPath: destination.directoryPath).standardizedFileURL.path
         if inside(path, root) { return true }
         // Neither need exist yet: each is resolved through its deepest existing ancestor.
-        guard let resolvedRoot = Self.resolvedAncestor(root), let resolvedPath = Self.resolvedAncestor(path) else {
+        guard let resolvedRoot = ResolvedPath.throughExistingAncestors(root),
+            let resolvedPath = ResolvedPath.throughExistingAncestors(path)
+        else {
             return false
         }
         return inside(resolvedPath, resolvedRoot)
-    }
-
-    /// `path` with every symbolic link resolved (`realpath`), when it exists.
-    private static func resolved(_ path: String) -> String? {
-        guard let pointer = realpath(path, nil) else { return nil }
-        defer { free(pointer) }
-        return String(cString: pointer)
-    }
-
-    /// `path` resolved through its deepest existing ancestor (a destination directory may not exist yet).
-    private static func resolvedAncestor(_ path: String) -> String? {
-        var head = path
-        var tail: [String] = []
-        while !head.isEmpty, head != "/" {
-            if let resolved = resolved(head) {
-                return tail.reversed().reduce(resolved) { ($0 as NSString).appendingPathComponent($1) }
-            }
-            tail.append((head as NSString).lastPathComponent)
-            head = (head as NSString).deletingLastPathComponent
-        }
-        return resolved("/").map { root in tail.reversed().reduce(root) { ($0 as NSString).appendingPathComponent($1) }
-        }
     }
 
     /// What the store in `directory` holds, without opening it (no lock taken, nothing created or removed): for
