@@ -70,13 +70,9 @@ struct ClaimsAttackTests {
             let summary = await queue.waitUntilIdle()
             try #require(summary.finished == 1 && summary.waitingForResume == 1, "\(summary)")
         }
-        let store = try TaskStore(directory: state)
-        let queue = DownloadQueue(configuration: .init(download: configuration), store: store)
-        #expect(await queue.restore().isEmpty)
-        await queue.resumeAll()
-        let summary = await queue.waitUntilIdle()
+        let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: output.path))?.sorted() ?? []
+        let names = sortedNames(in: output)
         #expect(
             (try? fixture.contents(of: target)) == second,
             "B's x.bin, saved by this batch, was replaced by A's bytes after the restart; the output holds \(names)")
@@ -168,7 +164,7 @@ struct ClaimsAttackTests {
         await continued.resumeAll()
         let summary = await continued.waitUntilIdle()
         #expect(summary.finished == 1, "\(summary)")
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: output.path))?.sorted() ?? []
+        let names = sortedNames(in: output)
         #expect(
             (try? fixture.contents(of: target)) == new,
             "--overwrite did not replace x.bin, a file from before this batch (an earlier, complete batch's): \(names)"
@@ -256,13 +252,9 @@ struct ClaimsAttackTests {
             try #require(paused.waitingForResume == 1 && paused.finished == 1, "\(paused)")
         }
         gate.open()
-        let store = try TaskStore(directory: state)
-        let queue = DownloadQueue(configuration: .init(download: configuration), store: store)
-        #expect(await queue.restore().isEmpty)
-        await queue.resumeAll()
-        let summary = await queue.waitUntilIdle()
+        let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: output.path))?.sorted() ?? []
+        let names = sortedNames(in: output)
         #expect(
             (try? fixture.contents(of: target)) == first,
             "A's x.bin was replaced by B's bytes after the restart; the output holds \(names)")

@@ -51,13 +51,9 @@ struct LastCallAttackTests {
         }
         var configuration = DownloadFixture.configuration(existingFile: .overwrite)
         configuration.connections = .single
-        let store = try TaskStore(directory: state)
-        let queue = DownloadQueue(configuration: .init(download: configuration), store: store)
-        #expect(await queue.restore().isEmpty)
-        await queue.resumeAll()
-        let summary = await queue.waitUntilIdle()
+        let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: output.path))?.sorted() ?? []
+        let names = sortedNames(in: output)
         #expect(
             (try? fixture.contents(of: target)) == first,
             "A's x.bin, saved by this batch before the interruption, was replaced; the output holds \(names)")

@@ -101,13 +101,9 @@ struct LatestHourAttackTests {
             try #require(paused.waitingForResume == 1, "\(paused)")
         }
         gate.open()
-        let store = try TaskStore(directory: state)
-        let queue = DownloadQueue(configuration: .init(download: configuration), store: store)
-        #expect(await queue.restore().isEmpty)
-        await queue.resumeAll()
-        let summary = await queue.waitUntilIdle()
+        let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: output.path))?.sorted() ?? []
+        let names = sortedNames(in: output)
         #expect(
             (try? fixture.contents(of: target)) == first,
             "the first download's x.bin was replaced by the second download's bytes; the output holds \(names)")
@@ -158,13 +154,9 @@ struct LatestHourAttackTests {
             try #require(paused.finished == 1, "\(paused)")
         }
         gate.open()
-        let store = try TaskStore(directory: state)
-        let queue = DownloadQueue(configuration: .init(download: configuration), store: store)
-        #expect(await queue.restore().isEmpty)
-        await queue.resumeAll()
-        let summary = await queue.waitUntilIdle()
+        let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: output.path))?.sorted() ?? []
+        let names = sortedNames(in: output)
         #expect(
             (try? fixture.contents(of: target)) == first,
             "the first download's x.bin was replaced by the second download's bytes; the output holds \(names)")

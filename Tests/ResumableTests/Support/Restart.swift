@@ -1,0 +1,21 @@
+import Foundation
+import Testing
+
+@testable import Resumable
+
+/// What the queue tests do after a simulated restart: a new queue opens the store in `state`, restores it (no record
+/// may be a problem), resumes every download and waits until nothing is left to do. Returns that queue's summary.
+func restartAndFinish(
+    state: URL, configuration: DownloadTask.Configuration
+) async throws -> DownloadQueue.Summary {
+    let store = try TaskStore(directory: state)
+    let queue = DownloadQueue(configuration: .init(download: configuration), store: store)
+    #expect(await queue.restore().isEmpty)
+    await queue.resumeAll()
+    return await queue.waitUntilIdle()
+}
+
+/// The names in `directory`, sorted (none when it cannot be read): for failure messages.
+func sortedNames(in directory: URL) -> [String] {
+    (try? FileManager.default.contentsOfDirectory(atPath: directory.path))?.sorted() ?? []
+}
