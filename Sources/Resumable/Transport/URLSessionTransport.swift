@@ -165,6 +165,9 @@ final class URLSessionTransport: TransportSession {
     /// running follow on ``calls`` (see there: they must not block the caller, often Swift concurrency's pool).
     func close() {
         guard closing.set() else { return }
+        // Before the delivery queue lets the session run again: a transfer that ends in between (its error, or even
+        // its success) must not decide how a request the caller closed ends.
+        router.markAllClosing()
         #if canImport(FoundationNetworking)
             // First, so that the invalidation never waits for a work queue suspended by a full delivery queue.
             deliveryQueue.release()
@@ -260,6 +263,12 @@ private final class TaskRouter: NSObject, URLSessionDataDelegate, Sendable {
         for routed in all { routed.request.abandon() }
     }
 
+    /// Tells every registered request that the session is closing (see ``RoutedRequest/markClosing()``).
+    func markAllClosing() {
+        let all = requests.withLock { Array($0.values) }
+        for routed in all { routed.request.markClosing() }
+    }
+
     /// Cancels the task of every registered request (resumed or not), so that the session can end.
     func cancelAll() {
         let all = requests.withLock { Array($0.values) }
@@ -314,6 +323,8 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         var continuation: CheckedContinuation<Result<Void, ResumableError>, Never>?
         var task: URLSessionDataTask?
         var consumerError: ResumableError?
+        /// A final response head came from the session, whether or not it reached the consumer.
+        var headArrived = false
         var headDelivered = false
         var declined = false
         var cancelled = false
@@ -394,8 +405,8 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         if let task { whileOpen { [cancellation] in cancellation.cancel(task) } }
     }
 
-    /// Called on the transport's `calls` queue (``URLSessionTransport/close()``), after the task was cancelled: ends
-    /// the request at once, whenever the session reports the task's end.
+    /// Called by ``URLSessionTransport/close()`` before the session is let go, and again before the task is
+    /// cancelled: the request ends as cancelled, whatever the session reports for it from now on.
     func markClosing() {
         state.withLock { $0.cancelled = true }
     }
@@ -434,6 +445,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             return
         }
         let deliver = state.withLock { state in
+            state.headArrived = true
             guard !state.headDelivered, !state.finished, !state.cancelled else { return false }
             state.headDelivered = true
             return true
@@ -460,9 +472,10 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
     }
 
     func didReceive(_ data: Data, dataTask: URLSessionDataTask) {
-        let (accepts, headDelivered) = state.withLock { ($0.acceptsBody, $0.headDelivered) }
+        let (accepts, headArrived) = state.withLock { ($0.acceptsBody, $0.headArrived) }
         guard accepts else {
-            if !headDelivered {
+            // A head refused because the request was cancelled or closed first is followed by the rest of its body.
+            if !headArrived {
                 state.withLock {
                     if $0.consumerError == nil {
                         $0.consumerError = ResumableError(.protocolViolation, "body bytes arrived before the head")
