@@ -144,9 +144,10 @@ extension DownloadTask {
         /// Called once when the download finished and its file is in place, with the temporary file's path
         /// the last token named.
         var finished: (@Sendable (String) -> Void)?
-        /// Called once when the task ended with nothing to resume (its temporary file was removed), with that
-        /// file's path.
-        var abandoned: (@Sendable (String) -> Void)?
+        /// Called once when the task ends with nothing to resume, with its temporary file's path, right before that
+        /// file is removed: a token saved before must go first, so that a crash in between never leaves a token
+        /// without its bytes (a complete one would make a file of that length at the destination look finished).
+        package var abandoned: (@Sendable (String) -> Void)?
         /// Takes a token that covers no byte (the one handed over when a response is accepted) without disk work,
         /// on the caller's thread, and returns true; false: hand it to ``handler`` as usual. For an owner that
         /// keeps such a token in memory only (a queue's ``TaskStore``): no hop to the checkpoint queue for it.

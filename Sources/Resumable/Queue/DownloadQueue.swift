@@ -651,6 +651,10 @@ public actor DownloadQueue {
                 store.remove(id, flushing: false)
                 afterRemoval?(id)
             }
+            // A download that ends with nothing to resume (a checksum mismatch, a cancel, a pause before the first
+            // byte) has its record forget the token before the temporary file goes: never a record on disk whose
+            // token names a removed file.
+            checkpointing.abandoned = { tempPath in store.forgetToken(id, naming: tempPath) }
             checkpointing.keepsInMemory = { token in store.checkpointInMemory(id, token: token) }
             download.checkpointing = checkpointing
         }

@@ -248,6 +248,36 @@ public final class TaskStore: Sendable {
         }
     }
 
+    /// Drops the token of `id`'s record when it names `tempPath`, a temporary file about to be removed (its download
+    /// ended with nothing to resume): the record on disk is rewritten without it, flushed, before the file goes, so
+    /// that no record ever names a removed file. The record itself stays; the queue decides what becomes of it.
+    func forgetToken(_ id: DownloadQueue.TaskID, naming tempPath: String) {
+        let failed = stripe(id).lock.withLock { _ -> Bool in
+            let record = state.withLock { state -> TaskRecord? in
+                guard var record = state.records[id], let token = record.token,
+                    token.tempPath.utf8.elementsEqual(tempPath.utf8)
+                else { return nil }
+                record.token = nil
+                record.checkpointedAt = nil
+                record.bytesPerSecond = nil
+                state.records[id] = record
+                // Only a record on disk that names the file needs writing.
+                guard state.written[id]?.token != nil else { return nil }
+                return record
+            }
+            guard let record else { return false }
+            do throws(ResumableError) {
+                try write(record)
+                state.withLock { $0.written[id] = record }
+                return false
+            } catch {
+                return true
+            }
+        }
+        // A record that could not be rewritten must not outlive the file it names.
+        if failed { remove(id) }
+    }
+
     /// ``checkpoint(_:token:now:)`` for a checkpoint that writes nothing (a token that covers no byte over a
     /// record without one, or a download no longer running): done in memory, and true. False when the checkpoint
     /// would write the record: nothing is changed, the caller hands the token to ``checkpoint(_:token:now:)``.
@@ -302,6 +332,38 @@ public final class TaskStore: Sendable {
         }
         // A download that ends after its queue was released: the last one takes the names along.
         if queueReleased.load(ordering: .sequentiallyConsistent) { removeClaimsIfNothingIsLeft() }
+    }
+
+    // MARK: - A list being added
+
+    /// `adding`: present while a list of downloads is being added to a suspended queue (the CLI's `get -i`), before
+    /// any of them starts. A store that holds it after a crash has records of an incomplete list and no byte of any
+    /// of them: they may be dropped (restored and cancelled) and the whole list added again.
+    private var addingPath: String { (directory.path as NSString).appendingPathComponent("adding") }
+
+    /// Whether a list was being added when the process that added it ended (`adding` is there).
+    package var additionWasInterrupted: Bool {
+        var status = stat()
+        return lstat(addingPath, &status) == 0
+    }
+
+    /// Marks the start of a list's addition, flushed, before its first record is written.
+    package func beginAddition() throws(ResumableError) {
+        let descriptor = open(addingPath, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw ResumableError(
+                .fileSystem, "could not create \(addingPath): \(String(cString: strerror(errno)))")
+        }
+        close(descriptor)
+        DurableSteps.record(.create, addingPath)
+        DurableSteps.flushDirectory(directory.path)
+    }
+
+    /// Marks the end of a list's addition, once every record of it is on disk (flushed): downloads may start.
+    package func endAddition() {
+        guard unlink(addingPath) == 0 else { return }
+        DurableSteps.record(.unlink, addingPath)
+        DurableSteps.flushDirectory(directory.path)
     }
 
     // MARK: - Claimed names

@@ -220,12 +220,19 @@ package enum Reconciliation {
     }
 
     /// Where the token's finished file would be, when a regular file of the token's complete length is there.
+    ///
+    /// The move is a rename, which sets the file's status-change time (`st_ctime`), and it comes after the token was
+    /// made: a file whose status last changed before that (allowing a second for coarse file-system clocks) was there
+    /// before the move and is someone else's, such as an older file of the same length when the temporary file was
+    /// removed by something else.
     private static func movedIntoPlace(_ token: ResumeToken) -> String? {
         guard let length = token.expectedLength, token.offset == length else { return nil }
         let candidate = finalPath(token)
         var status = stat()
         guard lstat(candidate, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG, Int64(status.st_size) == length
         else { return nil }
+        let changed = Double(status.st_ctim.tv_sec) + Double(status.st_ctim.tv_nsec) / 1e9
+        guard changed >= token.updatedAt.timeIntervalSince1970 - 1 else { return nil }
         return candidate
     }
 

@@ -19,8 +19,14 @@ struct BatchRunner {
     }
 
     /// Downloads `entries` into `directory`.
+    ///
+    /// The whole list is added to a suspended queue between the store's `adding` mark and its removal, and only then
+    /// do downloads start: after a crash in between, the store holds records of part of the list and no byte of
+    /// any, and the same command drops them and starts again, while `resume --state` refuses (it would call a
+    /// batch complete with entries of the list never added).
     func runList(_ entries: [InputList.Entry], into directory: URL) async -> ExitCode {
-        guard store.pendingRecordCount() == 0 else {
+        let interrupted = store.additionWasInterrupted
+        guard interrupted || store.pendingRecordCount() == 0 else {
             Console.err(
                 "error: the state directory \(store.directory.path) holds unfinished downloads of an earlier batch; "
                     + "continue them with 'resumable resume --state \(store.directory.path)', or choose another --state"
@@ -28,8 +34,19 @@ struct BatchRunner {
             return .usage
         }
         return await run(total: entries.count) { queue, display in
-            // Added a few dozen at a time: one flush of the store's directory for each group's records, and the
-            // first downloads start while the rest are added.
+            await queue.suspend()
+            if interrupted {
+                // Records of a list whose addition a crash cut short; none of them ever started.
+                _ = await queue.restore()
+                for item in await queue.items { await queue.cancel(item.id) }
+            } else {
+                do throws(ResumableError) {
+                    try store.beginAddition()
+                } catch {
+                    Console.err("error: \(error.message)")
+                    return ExitCode.forError(error)
+                }
+            }
             var start = 0
             while start < entries.count {
                 let group = entries[start..<min(start + Self.additionGroup, entries.count)]
@@ -51,12 +68,21 @@ struct BatchRunner {
                     return ExitCode.forError(failure)
                 }
             }
+            store.endAddition()
+            await queue.unsuspend()
             return nil
         }
     }
 
     /// Continues every unfinished download of the store.
     func runStore() async -> ExitCode {
+        if store.additionWasInterrupted {
+            Console.err(
+                "error: the batch in \(store.directory.path) was interrupted while its list was being added, before "
+                    + "any download started: run the same 'resumable get -i LIST --state \(store.directory.path)' again"
+            )
+            return .dataError
+        }
         let unusable = Mutex(0)
         let exit = await run(total: store.pendingRecordCount()) { queue, display in
             let problems = await queue.restore()

@@ -68,7 +68,7 @@ struct DownloadRunner {
     private func checkpointing() -> DownloadTask.Checkpointing {
         let tokenFile = self.tokenFile
         let renderer = self.renderer
-        return DownloadTask.Checkpointing(interval: .seconds(1)) { token throws(ResumableError) in
+        var checkpointing = DownloadTask.Checkpointing(interval: .seconds(1)) { token throws(ResumableError) in
             switch tokenFile.checkpoint(token) {
             case .success(let url):
                 renderer.emit(EventJSON.checkpoint(token, at: url))
@@ -95,6 +95,8 @@ struct DownloadRunner {
                 break
             }
         }
+        checkpointing.abandoned = { tempPath in tokenFile.abandon(tempPath: tempPath) }
+        return checkpointing
     }
 
     /// Waits for the task to end or a signal; on a signal, pauses the task into a token.

@@ -79,6 +79,16 @@ final class TokenFile: Sendable {
         }
     }
 
+    /// Ends a download that has nothing left to resume, right before the library removes its temporary file at
+    /// `tempPath`: the token file goes first (if it names that file), so a crash in between never leaves a token
+    /// without its bytes. No checkpoint is written after this.
+    func abandon(tempPath: String) {
+        state.withLock { state in
+            state.ended = true
+            if let url = state.url { ResumeToken.removeFile(at: url, ifItNames: tempPath) }
+        }
+    }
+
     /// Ends a download that completed: the token file is removed.
     func endCompleted() {
         state.withLock { state in
