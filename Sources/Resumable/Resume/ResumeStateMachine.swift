@@ -290,7 +290,7 @@ struct ResumeStateMachine: Sendable {
             adoptValidators(head)
         }
         state.expectedLength = complete ?? state.expectedLength
-        state.acceptRanges = head.value("Accept-Ranges") ?? state.acceptRanges
+        state.acceptRanges = Self.acceptRanges(head) ?? state.acceptRanges
         finalHead = head
         lastStatus = 206
         exchange = Exchange(
@@ -355,7 +355,7 @@ struct ResumeStateMachine: Sendable {
             adoptValidators(head)
         }
         state.expectedLength = length
-        state.acceptRanges = head.value("Accept-Ranges")
+        state.acceptRanges = Self.acceptRanges(head)
         state.offset = 0
         state.completedRanges = ByteRangeSet()
         finalHead = head
@@ -713,12 +713,26 @@ struct ResumeStateMachine: Sendable {
         header.name.caseInsensitiveCompare(name) == .orderedSame
     }
 
+    ///
+    /// A transfer coding other than `chunked` (`Transfer-Encoding: gzip, chunked`) counts too: the transports decode
+    /// it as well, and a cut stream looks just as complete.
     static func contentEncoding(_ head: ResponseHead) -> String? {
-        let encodings = head.values("Content-Encoding")
-            .flatMap { $0.split(separator: ",") }
-            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-            .filter { !$0.isEmpty && $0 != "identity" }
+        func codings(_ field: String, besides ignored: Set<String>) -> [String] {
+            head.values(field)
+                .flatMap { $0.split(separator: ",") }
+                .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+                .filter { !$0.isEmpty && !ignored.contains($0) }
+        }
+        let content = codings("Content-Encoding", besides: ["identity"])
+        let transfer = codings("Transfer-Encoding", besides: ["identity", "chunked"]).map { "transfer coding \($0)" }
+        let encodings = content + transfer
         return encodings.isEmpty ? nil : encodings.joined(separator: ", ")
+    }
+
+    /// The `Accept-Ranges` value a token may keep: `nil` when the field is absent or holds what a header value
+    /// cannot (a control character), which the token reader would refuse.
+    static func acceptRanges(_ head: ResponseHead) -> String? {
+        head.value("Accept-Ranges").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
     }
 
     static func reason(_ status: Int) -> String {

@@ -618,12 +618,12 @@ struct HeadCollector {
         return .incomplete
     }
 
-    /// `text` without leading and trailing whitespace as `trimmingCharacters(in: .whitespaces)` means it (tab and
-    /// the space separators, U+00A0 of an ISO-8859-1 line included), without bridging to `NSString`.
+    /// `text` without the optional whitespace HTTP allows around a field value (RFC 9110 §5.5): spaces and tabs only.
+    /// Any other character, such as U+00A0 (a 0xA0 byte of an ISO-8859-1 line), is part of the value: trimming it
+    /// could turn a malformed validator into another version's valid one.
     static func trimmingWhitespace(_ text: Substring) -> String {
         func isWhitespace(_ scalar: Unicode.Scalar) -> Bool {
             scalar == " " || scalar == "\t"
-                || (scalar.value >= 0x80 && scalar.properties.generalCategory == .spaceSeparator)
         }
         let scalars = text.unicodeScalars
         guard let first = scalars.firstIndex(where: { !isWhitespace($0) }),
