@@ -213,6 +213,18 @@ final class PartialFile: Sendable {
     /// removes what said the download was unfinished (a token file, a task record): otherwise a crash could keep the
     /// removal and lose the rename, and the finished file would be back under a temporary name nothing names.
     func move(to destination: String, replacing: Bool) throws(ResumableError) {
+        // A rename goes by path: the file there must still be the one this download wrote through its descriptor,
+        // or another file (a token written over the path, a file swapped in) would become the finished download.
+        var atPath = stat()
+        var held = stat()
+        guard lstat(path, &atPath) == 0, fstat(descriptor, &held) == 0, atPath.st_dev == held.st_dev,
+            atPath.st_ino == held.st_ino
+        else {
+            throw ResumableError(
+                .fileSystem,
+                "the temporary file '\(path)' was replaced by another file while the download wrote it; "
+                    + "nothing was moved into place")
+        }
         var code = Self.rename(path, to: destination, replacing: replacing)
         if code == 0 {
             DurableSteps.flushDirectory((destination as NSString).deletingLastPathComponent)

@@ -182,7 +182,10 @@ package enum Reconciliation {
         open: (String) throws(ResumableError) -> (Handle, Int64)
     ) throws(ResumableError) -> Examination<Handle> {
         try checkPlacement(token, destination: destination, temporaryDirectory: temporaryDirectory)
-        if let finishedAt = interruptedFinish(token) ?? copiedIntoPlace(token) {
+        // Whether the finished file is looked for where the token says it went: not when the caller chose another
+        // directory. A path only the token names never makes a file finished, nor the temporary file unlinked.
+        let looksForFinishedFile = destination.map { Self.sameDirectory($0, tokenDestination(token)) } ?? true
+        if looksForFinishedFile, let finishedAt = interruptedFinish(token) ?? copiedIntoPlace(token) {
             return .finished(path: finishedAt, strayLink: true)
         }
         do throws(ResumableError) {
@@ -191,11 +194,20 @@ package enum Reconciliation {
         } catch  where error.code == .tokenGone {
             // Finishing writes a last token whose offset is the whole length before the move; a token like
             // that without its file, and a file of that length where it was going, means the move happened.
-            if let finished = movedIntoPlace(token) {
+            if looksForFinishedFile, let finished = movedIntoPlace(token) {
                 return .finished(path: finished, strayLink: false)
             }
             return .missing
         }
+    }
+
+    /// Whether two destinations lie in the same directory, compared byte for byte after standardizing.
+    private static func sameDirectory(_ one: DownloadTask.Destination, _ other: DownloadTask.Destination) -> Bool {
+        let (first, second) = (
+            URL(fileURLWithPath: one.directoryPath).standardizedFileURL.path,
+            URL(fileURLWithPath: other.directoryPath).standardizedFileURL.path
+        )
+        return first.utf8.elementsEqual(second.utf8)
     }
 
     /// Throws unless the temporary file lies directly in the token's destination directory, the caller's

@@ -17,7 +17,14 @@ extension ResumeToken {
     /// - Throws: ``ResumableError`` with code ``ResumableError/Code/tokenGone`` when the file does not exist
     ///   (the download finished, or the token was discarded), or ``ResumableError/Code/invalidToken``.
     public init(contentsOf file: URL) throws(ResumableError) {
-        try self.init(jsonData: Self.readTokenFile(at: file.path))
+        let (data, device, inode) = try Self.readTokenFile(at: file.path)
+        try self.init(jsonData: data)
+        // A token file is never its own temporary file (by any name): checkpoints written over it would leave the
+        // download's bytes in an unlinked file and the token's JSON where the finished file is moved from.
+        var temporary = stat()
+        if lstat(tempPath, &temporary) == 0, temporary.st_dev == device, temporary.st_ino == inode {
+            throw ResumableError.invalidToken(field: "tempPath", "names the token file itself: \(tempPath)")
+        }
     }
 
     /// Removes the token file at `file` only if it still holds a token for the temporary file `tempPath`:
@@ -43,7 +50,7 @@ extension ResumeToken {
     static let maximumFileSize = 1 << 20
 
     /// The bytes of the token file at `path`, read as ``init(contentsOf:)`` describes.
-    private static func readTokenFile(at path: String) throws(ResumableError) -> Data {
+    private static func readTokenFile(at path: String) throws(ResumableError) -> (Data, dev_t, ino_t) {
         // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. It changes nothing for the
         // regular files that get past the check below.
         var descriptor: Int32
@@ -93,7 +100,7 @@ extension ResumeToken {
             throw ResumableError(
                 .invalidToken, "'\(path)' is more than \(maximumFileSize) bytes, too large to be a resume token")
         }
-        return data
+        return (data, status.st_dev, status.st_ino)
     }
 
     /// Writes the token to `file` atomically: a sibling is written and flushed, renamed over `file`, and
