@@ -147,7 +147,9 @@ extension DownloadTask {
         /// Called once when the task ends with nothing to resume, with its temporary file's path, right before that
         /// file is removed: a token saved before must go first, so that a crash in between never leaves a token
         /// without its bytes (a complete one would make a file of that length at the destination look finished).
-        package var abandoned: (@Sendable (String) -> Void)?
+        /// Returns false when a saved token still names the file (it could not be removed or rewritten): the file
+        /// is then kept, so that the token still describes bytes on disk.
+        package var abandoned: (@Sendable (String) -> Bool)?
         /// Takes a token that covers no byte (the one handed over when a response is accepted) without disk work,
         /// on the caller's thread, and returns true; false: hand it to ``handler`` as usual. For an owner that
         /// keeps such a token in memory only (a queue's ``TaskStore``): no hop to the checkpoint queue for it.
@@ -168,7 +170,10 @@ extension DownloadTask {
                 try token.write(to: file)
             }
             checkpointing.finished = { tempPath in ResumeToken.removeFile(at: file, ifItNames: tempPath) }
-            checkpointing.abandoned = checkpointing.finished
+            checkpointing.abandoned = { tempPath in
+                ResumeToken.removeFile(at: file, ifItNames: tempPath)
+                return !ResumeToken.file(at: file, names: tempPath)
+            }
             return checkpointing
         }
     }

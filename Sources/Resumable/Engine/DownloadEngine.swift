@@ -158,8 +158,7 @@ final class DownloadEngine: Sendable {
             if token == nil && (discard || candidate == nil) {
                 // Nothing is left to resume: a token saved before must not outlive the file it names. It goes first,
                 // so a crash in between leaves at most a file without a token, never a token without its bytes.
-                configuration.checkpointing?.abandoned?(file.path)
-                file.remove()
+                if configuration.checkpointing?.abandoned?(file.path) ?? true { file.remove() }
             }
             error.resumeToken = token
             state.withLock { $0.finalToken = token }

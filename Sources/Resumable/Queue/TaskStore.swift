@@ -251,8 +251,10 @@ public final class TaskStore: Sendable {
     /// Drops the token of `id`'s record when it names `tempPath`, a temporary file about to be removed (its download
     /// ended with nothing to resume): the record on disk is rewritten without it, flushed, before the file goes, so
     /// that no record ever names a removed file. The record itself stays; the queue decides what becomes of it.
-    func forgetToken(_ id: DownloadQueue.TaskID, naming tempPath: String) {
-        let failed = stripe(id).lock.withLock { _ -> Bool in
+    ///
+    /// - Returns: false when the record on disk still names the file (the rewrite failed): keep the file then.
+    func forgetToken(_ id: DownloadQueue.TaskID, naming tempPath: String) -> Bool {
+        stripe(id).lock.withLock { _ -> Bool in
             let record = state.withLock { state -> TaskRecord? in
                 guard var record = state.records[id], let token = record.token,
                     token.tempPath.utf8.elementsEqual(tempPath.utf8)
@@ -260,22 +262,25 @@ public final class TaskStore: Sendable {
                 record.token = nil
                 record.checkpointedAt = nil
                 record.bytesPerSecond = nil
-                state.records[id] = record
                 // Only a record on disk that names the file needs writing.
-                guard state.written[id]?.token != nil else { return nil }
+                guard state.written[id]?.token != nil else {
+                    state.records[id] = record
+                    return nil
+                }
                 return record
             }
-            guard let record else { return false }
+            guard let record else { return true }
             do throws(ResumableError) {
                 try write(record)
-                state.withLock { $0.written[id] = record }
-                return false
-            } catch {
+                state.withLock { state in
+                    state.records[id] = record
+                    state.written[id] = record
+                }
                 return true
+            } catch {
+                return false
             }
         }
-        // A record that could not be rewritten must not outlive the file it names.
-        if failed { remove(id) }
     }
 
     /// ``checkpoint(_:token:now:)`` for a checkpoint that writes nothing (a token that covers no byte over a
@@ -342,17 +347,28 @@ public final class TaskStore: Sendable {
     private var addingPath: String { (directory.path as NSString).appendingPathComponent("adding") }
 
     /// Whether a list was being added when the process that added it ended (`adding` is there).
-    package var additionWasInterrupted: Bool {
+    ///
+    /// - Throws: ``ResumableError/Code/invalidRequest`` when `adding` is there but is not a regular file: the store
+    ///   was tampered with, and nothing about its records can be assumed.
+    package func additionWasInterrupted() throws(ResumableError) -> Bool {
         var status = stat()
-        return lstat(addingPath, &status) == 0
+        guard lstat(addingPath, &status) == 0 else {
+            if errno == ENOENT { return false }
+            throw ResumableError(
+                .invalidRequest, "cannot examine \(addingPath): \(String(cString: strerror(errno)))")
+        }
+        guard (status.st_mode & S_IFMT) == S_IFREG else {
+            throw ResumableError(
+                .invalidRequest, "\(addingPath) is not a regular file: this state directory was not left by resumable")
+        }
+        return true
     }
 
     /// Marks the start of a list's addition, flushed, before its first record is written.
     package func beginAddition() throws(ResumableError) {
-        let descriptor = open(addingPath, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+        let descriptor = open(addingPath, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
-            throw ResumableError(
-                .fileSystem, "could not create \(addingPath): \(String(cString: strerror(errno)))")
+            throw ResumableError(.fileSystem, "could not create \(addingPath): \(String(cString: strerror(errno)))")
         }
         close(descriptor)
         DurableSteps.record(.create, addingPath)
@@ -360,8 +376,10 @@ public final class TaskStore: Sendable {
     }
 
     /// Marks the end of a list's addition, once every record of it is on disk (flushed): downloads may start.
-    package func endAddition() {
-        guard unlink(addingPath) == 0 else { return }
+    package func endAddition() throws(ResumableError) {
+        guard unlink(addingPath) == 0 else {
+            throw ResumableError(.fileSystem, "could not remove \(addingPath): \(String(cString: strerror(errno)))")
+        }
         DurableSteps.record(.unlink, addingPath)
         DurableSteps.flushDirectory(directory.path)
     }

@@ -46,6 +46,12 @@ extension ResumeToken {
         return true
     }
 
+    /// Whether the token file at `file` holds a token for the temporary file `tempPath` (byte for byte).
+    package static func file(at file: URL, names tempPath: String) -> Bool {
+        guard let token = try? ResumeToken(contentsOf: file) else { return false }
+        return token.tempPath.utf8.elementsEqual(tempPath.utf8)
+    }
+
     /// The largest token file read; real tokens are well under a kilobyte.
     static let maximumFileSize = 1 << 20
 

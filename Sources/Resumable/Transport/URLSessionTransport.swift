@@ -457,7 +457,10 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         }
         var headers: [HTTPHeader] = []
         for (name, value) in http.allHeaderFields {
-            headers.append(HTTPHeader(name: "\(name)", value: "\(value)"))
+            // The optional whitespace around a value is not part of it (RFC 9110 §5.5), as the libcurl transport
+            // reads it: a validator stored by one transport must compare equal when the other resumes.
+            headers.append(
+                HTTPHeader(name: "\(name)", value: HeadCollector.trimmingWhitespace("\(value)"[...])))
         }
         let head = ResponseHead(status: http.statusCode, headers: headers)
         let accepted = delivery.withLock { abandoned in !abandoned && consumer.receive(head) }

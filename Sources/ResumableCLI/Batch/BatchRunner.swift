@@ -25,7 +25,13 @@ struct BatchRunner {
     /// any, and the same command drops them and starts again, while `resume --state` refuses (it would call a
     /// batch complete with entries of the list never added).
     func runList(_ entries: [InputList.Entry], into directory: URL) async -> ExitCode {
-        let interrupted = store.additionWasInterrupted
+        let interrupted: Bool
+        do throws(ResumableError) {
+            interrupted = try store.additionWasInterrupted()
+        } catch {
+            Console.err("error: \(error.message)")
+            return .dataError
+        }
         guard interrupted || store.pendingRecordCount() == 0 else {
             Console.err(
                 "error: the state directory \(store.directory.path) holds unfinished downloads of an earlier batch; "
@@ -36,9 +42,22 @@ struct BatchRunner {
         return await run(total: entries.count) { queue, display in
             await queue.suspend()
             if interrupted {
-                // Records of a list whose addition a crash cut short; none of them ever started.
+                // Records of a list whose addition a crash cut short; none of them ever started. One that holds a
+                // byte contradicts that: nothing is dropped then.
                 _ = await queue.restore()
-                for item in await queue.items { await queue.cancel(item.id) }
+                let items = await queue.items
+                let started = items.contains { item in
+                    guard case .waiting = item.state else { return true }
+                    return item.bytesOnDisk > 0
+                }
+                if started {
+                    Console.err(
+                        "error: the state directory \(store.directory.path) is marked as holding an unfinished list "
+                            + "addition, but some of its downloads have started; continue them with "
+                            + "'resumable resume --state' after removing \(store.directory.path)/adding")
+                    return .dataError
+                }
+                for item in items { await queue.cancel(item.id) }
             } else {
                 do throws(ResumableError) {
                     try store.beginAddition()
@@ -68,7 +87,13 @@ struct BatchRunner {
                     return ExitCode.forError(failure)
                 }
             }
-            store.endAddition()
+            do throws(ResumableError) {
+                try store.endAddition()
+            } catch {
+                // Nothing starts: the store still says the list is being added, and the same command starts over.
+                Console.err("error: \(error.message)")
+                return ExitCode.forError(error)
+            }
             await queue.unsuspend()
             return nil
         }
@@ -76,7 +101,14 @@ struct BatchRunner {
 
     /// Continues every unfinished download of the store.
     func runStore() async -> ExitCode {
-        if store.additionWasInterrupted {
+        let interrupted: Bool
+        do throws(ResumableError) {
+            interrupted = try store.additionWasInterrupted()
+        } catch {
+            Console.err("error: \(error.message)")
+            return .dataError
+        }
+        if interrupted {
             Console.err(
                 "error: the batch in \(store.directory.path) was interrupted while its list was being added, before "
                     + "any download started: run the same 'resumable get -i LIST --state \(store.directory.path)' again"

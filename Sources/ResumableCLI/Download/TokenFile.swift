@@ -82,10 +82,15 @@ final class TokenFile: Sendable {
     /// Ends a download that has nothing left to resume, right before the library removes its temporary file at
     /// `tempPath`: the token file goes first (if it names that file), so a crash in between never leaves a token
     /// without its bytes. No checkpoint is written after this.
-    func abandon(tempPath: String) {
+    ///
+    /// - Returns: false when the token file still names the temporary file (it could not be removed): the library
+    ///   then keeps the file.
+    func abandon(tempPath: String) -> Bool {
         state.withLock { state in
             state.ended = true
-            if let url = state.url { ResumeToken.removeFile(at: url, ifItNames: tempPath) }
+            guard let url = state.url else { return true }
+            ResumeToken.removeFile(at: url, ifItNames: tempPath)
+            return !ResumeToken.file(at: url, names: tempPath)
         }
     }
 
