@@ -40,6 +40,9 @@ public final class TaskStore: Sendable {
         var written: [DownloadQueue.TaskID: TaskRecord] = [:]
         /// Downloads whose checkpoints may still change their record: running ones.
         var acceptingCheckpoints: Set<DownloadQueue.TaskID> = []
+        /// Temporary files a download ended with nothing to resume kept because its record still named them
+        /// (``forgetToken(_:naming:)`` could not rewrite it): removed right after the record (``remove(_:flushing:)``).
+        var keptTemporaryFiles: [DownloadQueue.TaskID: String] = [:]
     }
 
     /// The records in memory; held for bookkeeping only, never across a write to disk.
@@ -278,6 +281,7 @@ public final class TaskStore: Sendable {
                 }
                 return true
             } catch {
+                state.withLock { $0.keptTemporaryFiles[id] = tempPath }
                 return false
             }
         }
@@ -325,15 +329,19 @@ public final class TaskStore: Sendable {
         stripe(id).lock.withLock { _ in
             // Only a record this store wrote or read is on disk (a finished download's is removed twice: when its
             // file is in place, and when the queue learns it finished).
-            let onDisk = state.withLock { state in
+            let (onDisk, kept) = state.withLock { state in
                 state.records[id] = nil
                 state.acceptingCheckpoints.remove(id)
-                return state.written.removeValue(forKey: id) != nil
+                return (state.written.removeValue(forKey: id) != nil, state.keptTemporaryFiles.removeValue(forKey: id))
             }
+            var removed = !onDisk
             if onDisk, let tasks = try? currentTasks(), unlinkat(tasks, "\(id).json", 0) == 0 {
                 DurableSteps.record(.unlink, recordPath(id))
                 if flushing { fsync(tasks) }
+                removed = true
             }
+            // The file its record named goes after the record, as the download would have removed it.
+            if removed, let kept, unlink(kept) == 0 { DurableSteps.record(.unlink, kept) }
         }
         // A download that ends after its queue was released: the last one takes the names along.
         if queueReleased.load(ordering: .sequentiallyConsistent) { removeClaimsIfNothingIsLeft() }

@@ -201,13 +201,19 @@ package enum Reconciliation {
         }
     }
 
-    /// Whether two destinations lie in the same directory, compared byte for byte after standardizing.
+    /// Whether two destinations lie in the same directory: the same device and inode (one directory may have
+    /// several names through symbolic links), or, when either cannot be examined, the same path byte for byte after
+    /// standardizing.
     private static func sameDirectory(_ one: DownloadTask.Destination, _ other: DownloadTask.Destination) -> Bool {
-        let (first, second) = (
+        var (first, second) = (stat(), stat())
+        if stat(one.directoryPath, &first) == 0, stat(other.directoryPath, &second) == 0 {
+            return first.st_dev == second.st_dev && first.st_ino == second.st_ino
+        }
+        let (firstPath, secondPath) = (
             URL(fileURLWithPath: one.directoryPath).standardizedFileURL.path,
             URL(fileURLWithPath: other.directoryPath).standardizedFileURL.path
         )
-        return first.utf8.elementsEqual(second.utf8)
+        return firstPath.utf8.elementsEqual(secondPath.utf8)
     }
 
     /// Throws unless the temporary file lies directly in the token's destination directory, the caller's
