@@ -43,6 +43,11 @@ struct CrashAndHashAttackTests {
         try #require(crashed.exitCode == 137, "\(crashed)")
         try #require(scratch.contents(of: tasks).count == 1, "one record of three: \(scratch.contents(of: tasks))")
 
+        let listed = try await CLIProcess.run(["list", "--state", "state"], in: scratch.url)
+        #expect(listed.stdout.contains("interrupted while its list was being added"), "\(listed)")
+        let listedJSON = try await CLIProcess.run(["list", "--state", "state", "--json"], in: scratch.url)
+        #expect(listedJSON.stdout.contains("\"addingList\":true"), "\(listedJSON)")
+
         let resumed = try await CLIProcess.run(["resume", "--state", "state"], in: scratch.url)
         #expect(resumed.exitCode == 65, "\(resumed)")
         #expect(resumed.stderr.contains("get -i"), "\(resumed.stderr)")
@@ -50,6 +55,8 @@ struct CrashAndHashAttackTests {
 
         let again = try await CLIProcess.run(arguments, in: scratch.url)
         #expect(again.exitCode == 0, "\(again)")
+        let listedAfter = try await CLIProcess.run(["list", "--state", "state", "--json"], in: scratch.url)
+        #expect(listedAfter.stdout.contains("\"addingList\":false"), "\(listedAfter)")
         for (name, bytes) in contents {
             #expect(try Data(contentsOf: out.appendingPathComponent(name)) == Data(bytes), "\(name)")
         }

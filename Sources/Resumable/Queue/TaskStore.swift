@@ -340,8 +340,9 @@ public final class TaskStore: Sendable {
                 if flushing { fsync(tasks) }
                 removed = true
             }
-            // The file its record named goes after the record, as the download would have removed it.
-            if removed, let kept, unlink(kept) == 0 { DurableSteps.record(.unlink, kept) }
+            // The file its record named goes after the record, as the download would have removed it: with the checks
+            // of any removal from `partial/` (the library's name, ours, unlocked, still the same file).
+            if removed, let kept { removeUnownedTemporaryFiles(keeping: [], only: kept) }
         }
         // A download that ends after its queue was released: the last one takes the names along.
         if queueReleased.load(ordering: .sequentiallyConsistent) { removeClaimsIfNothingIsLeft() }
@@ -370,6 +371,13 @@ public final class TaskStore: Sendable {
                 .invalidRequest, "\(addingPath) is not a regular file: this state directory was not left by resumable")
         }
         return true
+    }
+
+    /// Whether the store at `directory` holds an `adding` mark (any kind of file), without opening the store: for a
+    /// listing, which must not wait for the store's lock.
+    package static func holdsAdditionMark(in directory: URL) -> Bool {
+        var status = stat()
+        return lstat(directory.appendingPathComponent("adding").path, &status) == 0
     }
 
     /// Marks the start of a list's addition, flushed, before its first record is written.

@@ -34,6 +34,7 @@ struct ListCommand: CLICommand {
             return .dataError
         }
         let (items, problems, inUse) = TaskStore.listing(directory: stateDirectory)
+        let adding = TaskStore.holdsAdditionMark(in: stateDirectory)
         if json {
             let downloads: [JSONValue] = items.map { item in
                 var fields: [(String, JSONValue)] = [
@@ -52,6 +53,7 @@ struct ListCommand: CLICommand {
             let object: JSONValue = .object([
                 ("state", .string(stateDirectory.path)),
                 ("running", .bool(inUse)),
+                ("addingList", .bool(adding)),
                 ("downloads", .array(downloads)),
                 ("problems", .array(problems.map { .string($0.description) })),
             ])
@@ -59,6 +61,13 @@ struct ListCommand: CLICommand {
         } else {
             if inUse {
                 Console.out("A batch is running on this store now; its progress is as of the last checkpoints.")
+            }
+            if adding {
+                Console.out(
+                    inUse
+                        ? "The batch's list is still being added; its downloads start once it is complete."
+                        : "This batch was interrupted while its list was being added, before any download started: "
+                            + "run the same 'resumable get -i LIST --state \(stateDirectory.path)' again.")
             }
             if items.isEmpty { Console.out("No unfinished downloads.") }
             for item in items {
