@@ -459,7 +459,7 @@ public actor DownloadQueue {
             }
             entry.progress = record.token.map {
                 DownloadProgress(
-                    bytesOnDisk: $0.offset, expectedLength: $0.expectedLength, resumedAtOffset: $0.offset,
+                    bytesOnDisk: $0.bytesCovered, expectedLength: $0.expectedLength, resumedAtOffset: $0.offset,
                     bytesTransferred: 0, bytesPerSecond: 0)
             }
             entries[record.id] = entry
@@ -744,7 +744,8 @@ public actor DownloadQueue {
             if let token = error.resumeToken {
                 entry.token = token
                 entry.progress = DownloadProgress(
-                    bytesOnDisk: token.offset, expectedLength: token.expectedLength, resumedAtOffset: token.offset,
+                    bytesOnDisk: token.bytesCovered, expectedLength: token.expectedLength,
+                    resumedAtOffset: token.offset,
                     bytesTransferred: 0, bytesPerSecond: 0)
                 let paused = error.code == .paused
                 entry.failure = paused ? nil : error

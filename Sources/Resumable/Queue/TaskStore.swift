@@ -694,7 +694,7 @@ public final class TaskStore: Sendable {
             }
             return DownloadQueue.Item(
                 id: record.id, url: record.url, destination: record.destination, priority: record.priority,
-                state: state, bytesOnDisk: record.token?.offset ?? 0, expectedLength: record.token?.expectedLength,
+                state: state, bytesOnDisk: record.token?.bytesCovered ?? 0, expectedLength: record.token?.expectedLength,
                 bytesPerSecond: Double(rate))
         }
         return (items, problems, inUse)

@@ -178,4 +178,13 @@ extension ResumeToken {
     /// Whether the token says that no byte is on disk yet (offset 0, no completed range): the one handed over when
     /// a response is accepted. Such a token needs no flush of its file, and a crash cannot tell it from none.
     var coversNoByte: Bool { offset == 0 && completedRanges.isEmpty }
+
+    /// The bytes the token says are on disk: its offset, and the ranges beyond it (version 2). A token read from
+    /// JSON has disjoint ranges within its length, so the sum never overflows; one made otherwise saturates.
+    package var bytesCovered: Int64 {
+        completedRanges.reduce(offset) { total, range in
+            let (sum, overflow) = total.addingReportingOverflow(max(range.upperBound - range.lowerBound, 0))
+            return overflow ? .max : sum
+        }
+    }
 }

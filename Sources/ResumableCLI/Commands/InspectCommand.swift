@@ -118,11 +118,6 @@ struct InspectCommand: CLICommand {
         return verdict.exitCode
     }
 
-    /// The bytes the token lists: its offset, and the ranges beyond it (version 2).
-    private static func listedBytes(_ token: ResumeToken) -> Int64 {
-        token.completedRanges.reduce(token.offset) { $0 + ($1.upperBound - $1.lowerBound) }
-    }
-
     private static func textReport(
         _ token: ResumeToken, verdict: Verdict, tokenURL: URL
     ) -> String {
@@ -133,7 +128,7 @@ struct InspectCommand: CLICommand {
         if token.originalURL != token.url {
             lines.append(("Original URL", token.originalURL.absoluteString))
         }
-        let listed = Self.listedBytes(token)
+        let listed = token.bytesCovered
         let ranges =
             token.completedRanges.isEmpty
             ? "" : " listed: the first \(token.offset) and \(token.completedRanges.count) ranges beyond them"
@@ -198,7 +193,7 @@ struct InspectCommand: CLICommand {
         }
         var fraction = JSONValue.null
         if let total = token.expectedLength, total > 0 {
-            fraction = .double(Double(listedBytes(token)) / Double(total))
+            fraction = .double(Double(token.bytesCovered) / Double(total))
         }
         return .object([
             ("status", .string("valid")),

@@ -61,6 +61,29 @@ struct TaskStoreRateTests {
         #expect(listed.items.first?.bytesPerSecond == 0)
     }
 
+    @Test("A paused multi-connection download lists every byte its token covers, not only the offset")
+    func versionTwoTokenBytes() throws {
+        let directory = try TemporaryDirectory()
+        let state = directory.url.appendingPathComponent("state")
+        let store = try TaskStore(directory: state)
+        let id = DownloadQueue.TaskID()
+        let date = Date(timeIntervalSince1970: 1_796_000_000)
+        let token = ResumeToken(
+            url: URL(string: "http://127.0.0.1:9/f.bin")!, originalURL: URL(string: "http://127.0.0.1:9/f.bin")!,
+            offset: 1000, completedRanges: [4000..<6000, 9000..<9500], expectedLength: 1 << 20, etag: "\"e\"",
+            lastModified: nil, responseDate: nil, acceptRanges: "bytes",
+            tempPath: (store.partialPath as NSString).appendingPathComponent(TemporaryFileName.make()),
+            suggestedFilename: "f.bin", destination: nil, headers: [:], createdAt: date, updatedAt: date)
+        #expect(token.bytesCovered == 3500)
+        try store.save(
+            TaskRecord(
+                id: id, url: URL(string: "http://127.0.0.1:9/f.bin")!, destination: .directory(directory.url),
+                priority: 0, order: 0, state: .paused, token: token),
+            running: false)
+        let listed = TaskStore.listing(directory: state)
+        #expect(listed.items.map(\.bytesOnDisk) == [3500], "\(listed.items)")
+    }
+
     @Test("Hostile rate fields in a record are refused with a typed error, never a trap")
     func hostileRateFields() throws {
         let base: [String: Any] = [
