@@ -307,9 +307,12 @@ public final class TaskStore: Sendable {
             && state.written[id]?.token == nil
         guard inMemoryOnly || writing else { return (false, nil) }
         record.bytesPerSecond = nil
-        if let previous = record.token, let since = record.checkpointedAt, previous.tempPath == token.tempPath {
+        if let previous = record.token, let since = record.checkpointedAt,
+            previous.tempPath.utf8.elementsEqual(token.tempPath.utf8)
+        {
             let seconds = now.timeIntervalSince(since)
-            let bytes = Double(max(token.offset - previous.offset, 0))
+            // Every byte the tokens cover (a version 2 token's ranges too), as `list` shows them.
+            let bytes = Double(max(token.bytesCovered - previous.bytesCovered, 0))
             if seconds > 0, seconds.isFinite {
                 record.bytesPerSecond = Int64(min(bytes / seconds, Double(TaskRecord.maximumOrder)))
             }
@@ -694,7 +697,8 @@ public final class TaskStore: Sendable {
             }
             return DownloadQueue.Item(
                 id: record.id, url: record.url, destination: record.destination, priority: record.priority,
-                state: state, bytesOnDisk: record.token?.bytesCovered ?? 0, expectedLength: record.token?.expectedLength,
+                state: state, bytesOnDisk: record.token?.bytesCovered ?? 0,
+                expectedLength: record.token?.expectedLength,
                 bytesPerSecond: Double(rate))
         }
         return (items, problems, inUse)

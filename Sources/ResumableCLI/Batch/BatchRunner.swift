@@ -111,7 +111,7 @@ struct BatchRunner {
         if interrupted {
             Console.err(
                 "error: the batch in \(store.directory.path) was interrupted while its list was being added, before "
-                    + "any download started: run the same 'resumable get -i LIST --state \(store.directory.path)' again"
+                    + "any download started: run 'resumable get -i LIST --state \(store.directory.path)' again (with the list corrected if a line of it was refused)"
             )
             return .dataError
         }

@@ -67,7 +67,8 @@ struct ListCommand: CLICommand {
                     inUse
                         ? "The batch's list is still being added; its downloads start once it is complete."
                         : "This batch was interrupted while its list was being added, before any download started: "
-                            + "run the same 'resumable get -i LIST --state \(stateDirectory.path)' again.")
+                            + "run 'resumable get -i LIST --state \(stateDirectory.path)' again (with the list corrected if a line of it was refused)."
+                )
             }
             if items.isEmpty { Console.out("No unfinished downloads.") }
             for item in items {
