@@ -41,21 +41,21 @@ struct HostileServerHelper48AttackTests {
         let newTag = Array("\"v\"".utf8)
         // Request 0: the old version, cut at 50 bytes. Later: a correct server holding the new version (206 when
         // If-Range is its ETag byte for byte, else 200).
-        let server = try StreamingScriptServer { head, index, send in
+        let server = try RawScriptServer { head, index, send in
             if index == 0 {
-                _ = send(StreamingScriptServer.head("200 OK", ["Content-Length: 100"], etag: oldTag) + old[0..<50])
+                _ = send(RawScriptServer.head("200 OK", ["Content-Length: 100"], etag: oldTag) + old[0..<50])
                 return .completed(0)
             }
-            if StreamingScriptServer.header("If-Range", in: head) == newTag,
-                StreamingScriptServer.header("Range", in: head) == Array("bytes=50-".utf8)
+            if RawScriptServer.header("If-Range", in: head) == newTag,
+                RawScriptServer.header("Range", in: head) == Array("bytes=50-".utf8)
             {
                 _ = send(
-                    StreamingScriptServer.head(
+                    RawScriptServer.head(
                         "206 Partial Content", ["Content-Range: bytes 50-99/100", "Content-Length: 50"], etag: newTag)
                         + new[50...])
                 return .completed(206)
             }
-            _ = send(StreamingScriptServer.head("200 OK", ["Content-Length: 100"], etag: newTag) + new)
+            _ = send(RawScriptServer.head("200 OK", ["Content-Length: 100"], etag: newTag) + new)
             return .completed(200)
         }
         defer { server.stop() }
@@ -100,9 +100,9 @@ struct HostileServerHelper48AttackTests {
         let body: [UInt8] =
             coding.hasSuffix("chunked")
             ? Array(String(cut.count, radix: 16).utf8) + [13, 10] + cut + Array("\r\n0\r\n\r\n".utf8) : cut
-        let server = try StreamingScriptServer { _, _, send in
+        let server = try RawScriptServer { _, _, send in
             _ = send(
-                StreamingScriptServer.head(
+                RawScriptServer.head(
                     "200 OK", ["Transfer-Encoding: \(coding)", "Accept-Ranges: bytes"], etag: Array("\"e\"".utf8))
                     + body)
             return .completed(0)
@@ -195,21 +195,21 @@ struct HostileServerHelper48AttackTests {
 
     /// First request: 200 with `Accept-Ranges: <value>` and a strong ETag, cut after 50 of 100 bytes; later requests:
     /// a correct 206 for `bytes=50-`.
-    private static func acceptRangesServer(content: [UInt8], value: String) throws -> StreamingScriptServer {
-        try StreamingScriptServer { head, index, send in
+    private static func acceptRangesServer(content: [UInt8], value: String) throws -> RawScriptServer {
+        try RawScriptServer { head, index, send in
             let etag = Array("\"e\"".utf8)
             if index == 0 {
                 _ = send(
-                    StreamingScriptServer.head(
+                    RawScriptServer.head(
                         "200 OK", ["Content-Length: 100", "Accept-Ranges: \(value)"], etag: etag) + content[0..<50])
                 return .completed(0)
             }
-            guard StreamingScriptServer.header("Range", in: head) == Array("bytes=50-".utf8) else {
-                _ = send(StreamingScriptServer.head("200 OK", ["Content-Length: 100"], etag: etag) + content)
+            guard RawScriptServer.header("Range", in: head) == Array("bytes=50-".utf8) else {
+                _ = send(RawScriptServer.head("200 OK", ["Content-Length: 100"], etag: etag) + content)
                 return .completed(200)
             }
             _ = send(
-                StreamingScriptServer.head(
+                RawScriptServer.head(
                     "206 Partial Content", ["Content-Range: bytes 50-99/100", "Content-Length: 50"], etag: etag)
                     + content[50...])
             return .completed(206)
@@ -225,9 +225,9 @@ struct HostileServerHelper48AttackTests {
         arguments: ["libcurl", "urlsession"])
     func acceptRangesControlCharacterLeavesTokens(transport: String) async throws {
         let content = Resource.generatedBytes(seed: 9, range: 0..<4000)
-        let server = try StreamingScriptServer { _, _, send in
+        let server = try RawScriptServer { _, _, send in
             _ = send(
-                StreamingScriptServer.head(
+                RawScriptServer.head(
                     "200 OK", ["Content-Length: 4000", "Accept-Ranges: bytes\u{7F}"], etag: Array("\"e\"".utf8))
                     + content)
             return .completed(0)
@@ -270,111 +270,4 @@ func gzipped(_ bytes: [UInt8]) -> [UInt8] {
     let size = UInt32(truncatingIfNeeded: bytes.count)
     for value in [crc, size] { out += (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
     return out
-}
-
-/// A raw TCP server whose handler writes the response piece by piece, learning when the client went away.
-final class StreamingScriptServer: Sendable {
-    enum Outcome: Sendable, Equatable {
-        /// The client closed the connection (a send failed) after this many bytes of the scripted part.
-        case clientLeft(Int)
-        /// Everything scripted was sent.
-        case completed(Int)
-    }
-
-    let port: UInt16
-    private let listener: Int32
-    private final class Recorded: Sendable {
-        let state = Mutex<(heads: [[UInt8]], outcomes: [Outcome])>(([], []))
-    }
-    private let recorded = Recorded()
-
-    var requests: [[UInt8]] { recorded.state.withLock { $0.heads } }
-    var outcomes: [Outcome] { recorded.state.withLock { $0.outcomes } }
-
-    /// `respond` gets the request head, its index, and a `send` that returns false once the client is gone.
-    init(
-        respond: @escaping @Sendable (_ head: [UInt8], _ index: Int, _ send: ([UInt8]) -> Bool) -> Outcome
-    ) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard bound == 0, listen(fd, 16) == 0 else { throw ResumableError(.network, "raw server: bind/listen") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        port = UInt16(bigEndian: address.sin_port)
-        listener = fd
-        let recorded = self.recorded
-        let thread = Thread {
-            while true {
-                let client = accept(fd, nil, nil)
-                if client < 0 { return }
-                let worker = Thread {
-                    var head: [UInt8] = []
-                    var buffer = [UInt8](repeating: 0, count: 4096)
-                    while !(head.count >= 4 && Array(head.suffix(4)) == Array("\r\n\r\n".utf8)) {
-                        let count = recv(client, &buffer, buffer.count, 0)
-                        if count <= 0 { break }
-                        head += buffer[0..<count]
-                    }
-                    let index = recorded.state.withLock { state in
-                        state.heads.append(head)
-                        return state.heads.count - 1
-                    }
-                    let outcome = respond(head, index) { bytes in
-                        var offset = 0
-                        while offset < bytes.count {
-                            let sent = bytes.withUnsafeBytes {
-                                send(client, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL))
-                            }
-                            if sent <= 0 { return false }
-                            offset += sent
-                        }
-                        return true
-                    }
-                    recorded.state.withLock { $0.outcomes.append(outcome) }
-                    shutdown(client, Int32(SHUT_RDWR))
-                    close(client)
-                }
-                worker.start()
-            }
-        }
-        thread.start()
-    }
-
-    func stop() {
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
-    }
-
-    /// A response head that closes the connection: the status line, the lines, an `ETag` of exactly `etag` when
-    /// given, and the blank line.
-    static func head(_ status: String, _ lines: [String], etag: [UInt8]? = nil) -> [UInt8] {
-        var bytes = Array("HTTP/1.1 \(status)\r\nConnection: close\r\n".utf8)
-        for line in lines { bytes += Array("\(line)\r\n".utf8) }
-        if let etag { bytes += Array("ETag: ".utf8) + etag + Array("\r\n".utf8) }
-        return bytes + Array("\r\n".utf8)
-    }
-
-    /// The value of the first header `name` in a request head, as bytes, leading spaces removed.
-    static func header(_ name: String, in head: [UInt8]) -> [UInt8]? {
-        let prefix = Array((name + ":").lowercased().utf8)
-        for line in head.split(separator: 10) {
-            var line = Array(line)
-            if line.last == 13 { line.removeLast() }
-            guard line.count >= prefix.count,
-                zip(line, prefix).allSatisfy({ (0x41...0x5A).contains($0) ? $0 | 0x20 == $1 : $0 == $1 })
-            else { continue }
-            return Array(line.dropFirst(prefix.count).drop { $0 == 32 || $0 == 9 })
-        }
-        return nil
-    }
 }

@@ -133,25 +133,25 @@ struct SessionFixesAttackTests {
     ) async throws {
         let body = Resource.generatedBytes(seed: 54, range: 0..<100)
         let tag = Array(rawTag.utf8)
-        let server = try StreamingScriptServer { head, index, send in
+        let server = try RawScriptServer { head, index, send in
             if index == 0 {
-                _ = send(StreamingScriptServer.head("200 OK", ["Content-Length: 100"], etag: tag) + body[0..<50])
+                _ = send(RawScriptServer.head("200 OK", ["Content-Length: 100"], etag: tag) + body[0..<50])
                 return .completed(0)
             }
             // A correct server: If-Range compared as a field value (without its optional whitespace).
-            let ifRange = StreamingScriptServer.header("If-Range", in: head).map { value in
+            let ifRange = RawScriptServer.header("If-Range", in: head).map { value in
                 Array(value.reversed().drop { $0 == 32 || $0 == 9 }.reversed())
             }
             if ifRange == Array("\"v\"".utf8),
-                StreamingScriptServer.header("Range", in: head) == Array("bytes=50-".utf8)
+                RawScriptServer.header("Range", in: head) == Array("bytes=50-".utf8)
             {
                 _ = send(
-                    StreamingScriptServer.head(
+                    RawScriptServer.head(
                         "206 Partial Content", ["Content-Range: bytes 50-99/100", "Content-Length: 50"], etag: tag)
                         + body[50...])
                 return .completed(206)
             }
-            _ = send(StreamingScriptServer.head("200 OK", ["Content-Length: 100"], etag: tag) + body)
+            _ = send(RawScriptServer.head("200 OK", ["Content-Length: 100"], etag: tag) + body)
             return .completed(200)
         }
         defer { server.stop() }

@@ -25,13 +25,7 @@ struct BatchRunner {
     /// any, and the same command drops them and starts again, while `resume --state` refuses (it would call a
     /// batch complete with entries of the list never added).
     func runList(_ entries: [InputList.Entry], into directory: URL) async -> ExitCode {
-        let interrupted: Bool
-        do throws(ResumableError) {
-            interrupted = try store.additionWasInterrupted()
-        } catch {
-            Console.err("error: \(error.message)")
-            return .dataError
-        }
+        guard let interrupted = additionWasInterrupted() else { return .dataError }
         guard interrupted || store.pendingRecordCount() == 0 else {
             Console.err(
                 "error: the state directory \(store.directory.path) holds unfinished downloads of an earlier batch; "
@@ -99,15 +93,20 @@ struct BatchRunner {
         }
     }
 
-    /// Continues every unfinished download of the store.
-    func runStore() async -> ExitCode {
-        let interrupted: Bool
+    /// Whether the store's list addition was cut short (``TaskStore/additionWasInterrupted()``); `nil`, said on
+    /// standard error, when the store's mark is not one `get -i` left.
+    private func additionWasInterrupted() -> Bool? {
         do throws(ResumableError) {
-            interrupted = try store.additionWasInterrupted()
+            return try store.additionWasInterrupted()
         } catch {
             Console.err("error: \(error.message)")
-            return .dataError
+            return nil
         }
+    }
+
+    /// Continues every unfinished download of the store.
+    func runStore() async -> ExitCode {
+        guard let interrupted = additionWasInterrupted() else { return .dataError }
         if interrupted {
             Console.err(
                 "error: the batch in \(store.directory.path) was interrupted while its list was being added, before "

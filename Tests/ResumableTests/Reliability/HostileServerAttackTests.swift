@@ -223,7 +223,7 @@ struct HostileServerAttackTests {
         // A correct server holding the new version: 206 when If-Range is its ETag byte for byte, else 200.
         let server = try RawScriptServer { request, index in
             if index == 0 {
-                return RawScriptServer.head("200 OK", ["Content-Length: 100", "Connection: close"], etag: oldTag)
+                return RawScriptServer.head("200 OK", ["Content-Length: 100"], etag: oldTag)
                     + Array(old[0..<50])
             }
             if let ifRange = RawScriptServer.header("If-Range", in: request), ifRange == newTag,
@@ -231,10 +231,10 @@ struct HostileServerAttackTests {
             {
                 return RawScriptServer.head(
                     "206 Partial Content",
-                    ["Content-Range: bytes 50-99/100", "Content-Length: 50", "Connection: close"], etag: newTag)
+                    ["Content-Range: bytes 50-99/100", "Content-Length: 50"], etag: newTag)
                     + Array(new[50...])
             }
-            return RawScriptServer.head("200 OK", ["Content-Length: 100", "Connection: close"], etag: newTag) + new
+            return RawScriptServer.head("200 OK", ["Content-Length: 100"], etag: newTag) + new
         }
         defer { server.stop() }
         let directory = try TemporaryDirectory()
@@ -262,93 +262,6 @@ struct HostileServerAttackTests {
         case .failure(let error):
             #expect(error.code != .cancelled, "\(error)")
         }
-    }
-}
-
-/// A raw HTTP/1.1 server on the loopback interface for answers `LoopbackServer` cannot write (header bytes that are
-/// not UTF-8): each connection's request head is recorded and answered by `respond(head, index)`, then closed.
-final class RawScriptServer: Sendable {
-    let port: UInt16
-    private let listener: Int32
-    private final class Recorded: Sendable {
-        let heads = Mutex<[[UInt8]]>([])
-    }
-    private let recorded = Recorded()
-
-    /// The request heads received, in order.
-    var requests: [[UInt8]] { recorded.heads.withLock { $0 } }
-
-    init(respond: @escaping @Sendable (_ head: [UInt8], _ index: Int) -> [UInt8]) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard bound == 0, listen(fd, 16) == 0 else { throw ResumableError(.network, "raw server: bind/listen") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        port = UInt16(bigEndian: address.sin_port)
-        listener = fd
-        let recorded = self.recorded
-        let thread = Thread {
-            while true {
-                let client = accept(fd, nil, nil)
-                if client < 0 { return }
-                var head: [UInt8] = []
-                var buffer = [UInt8](repeating: 0, count: 4096)
-                while !head.ends(with: Array("\r\n\r\n".utf8)) {
-                    let count = recv(client, &buffer, buffer.count, 0)
-                    if count <= 0 { break }
-                    head += buffer[0..<count]
-                }
-                let index = recorded.heads.withLock { requests in
-                    requests.append(head)
-                    return requests.count - 1
-                }
-                let response = respond(head, index)
-                _ = response.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                shutdown(client, Int32(SHUT_RDWR))
-                close(client)
-            }
-        }
-        thread.start()
-    }
-
-    func stop() {
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
-    }
-
-    /// A response head: the status line, the lines, an `ETag` of exactly `etag` when given, and the blank line.
-    static func head(_ status: String, _ lines: [String], etag: [UInt8]? = nil) -> [UInt8] {
-        var bytes = Array("HTTP/1.1 \(status)\r\n".utf8)
-        for line in lines { bytes += Array("\(line)\r\n".utf8) }
-        if let etag { bytes += Array("ETag: ".utf8) + etag + Array("\r\n".utf8) }
-        return bytes + Array("\r\n".utf8)
-    }
-
-    /// The raw bytes of the first `name` header in a request head, without surrounding whitespace.
-    static func header(_ name: String, in head: [UInt8]) -> [UInt8]? {
-        let lines = head.split(separator: UInt8(ascii: "\n")).map { line in
-            line.last == UInt8(ascii: "\r") ? line.dropLast() : line
-        }
-        let prefix = Array(name.lowercased().utf8) + [UInt8(ascii: ":")]
-        for line in lines where line.count >= prefix.count {
-            let start = line.prefix(prefix.count).map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }
-            guard start == prefix else { continue }
-            var value = line.dropFirst(prefix.count)
-            while value.first == UInt8(ascii: " ") { value = value.dropFirst() }
-            while value.last == UInt8(ascii: " ") { value = value.dropLast() }
-            return Array(value)
-        }
-        return nil
     }
 }
 

@@ -186,24 +186,8 @@ private final class RawServer: Sendable {
     private let stopped = Atomic<Bool>(false)
 
     init(drops: Int, prefix: [UInt8], body: [UInt8]) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard bound == 0, listen(fd, 16) == 0 else { throw ResumableError(.network, "raw server: bind/listen") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        port = UInt16(bigEndian: address.sin_port)
+        let (fd, boundPort) = try RawListeningSocket.open()
+        port = boundPort
         listener = fd
         let head = Array(
             "HTTP/1.1 200 OK\r\nContent-Length: \(body.count)\r\nETag: \"raw\"\r\nConnection: close\r\n\r\n".utf8)

@@ -33,12 +33,12 @@ struct SessionFixesAttackTests {
         let newTag: [UInt8] = [0x22, 0xE2, 0x84, 0xAA, 0x22]  // "\u{212A}": KELVIN SIGN
         let server = try RawScriptServer { request, index in
             if index == 0 {
-                return RawScriptServer.head("200 OK", ["Content-Length: 100", "Connection: close"], etag: oldTag)
+                return RawScriptServer.head("200 OK", ["Content-Length: 100"], etag: oldTag)
                     + Array(old[0..<50])
             }
             // A correct server holding the new version (RFC 9110 §13.1.5: If-Range compared byte for byte).
             let whole =
-                RawScriptServer.head("200 OK", ["Content-Length: 100", "Connection: close"], etag: newTag) + new
+                RawScriptServer.head("200 OK", ["Content-Length: 100"], etag: newTag) + new
             guard let range = RawScriptServer.header("Range", in: request),
                 let text = String(bytes: range, encoding: .utf8), text.hasPrefix("bytes="), text.hasSuffix("-"),
                 let start = Int(text.dropFirst(6).dropLast()), start < 100
@@ -46,7 +46,7 @@ struct SessionFixesAttackTests {
             if let ifRange = RawScriptServer.header("If-Range", in: request), ifRange != newTag { return whole }
             return RawScriptServer.head(
                 "206 Partial Content",
-                ["Content-Range: bytes \(start)-99/100", "Content-Length: \(100 - start)", "Connection: close"],
+                ["Content-Range: bytes \(start)-99/100", "Content-Length: \(100 - start)"],
                 etag: newTag) + Array(new[start...])
         }
         defer { server.stop() }
