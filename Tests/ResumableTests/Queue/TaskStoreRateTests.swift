@@ -5,28 +5,54 @@ import Testing
 
 @Suite("Task store: the rate of a running download, for resumable list")
 struct TaskStoreRateTests {
-    private static func token(offset: Int64, in store: TaskStore, file: String) -> ResumeToken {
+    private static func token(
+        offset: Int64, ranges: [Range<Int64>] = [], in store: TaskStore, file: String
+    ) -> ResumeToken {
         let date = Date(timeIntervalSince1970: 1_796_000_000)
         return ResumeToken(
             url: URL(string: "http://127.0.0.1:9/f.bin")!, originalURL: URL(string: "http://127.0.0.1:9/f.bin")!,
-            offset: offset, expectedLength: 1 << 20, etag: "\"e\"", lastModified: nil, responseDate: nil,
-            acceptRanges: "bytes", tempPath: (store.partialPath as NSString).appendingPathComponent(file),
-            suggestedFilename: "f.bin", destination: nil, headers: [:], createdAt: date, updatedAt: date)
+            offset: offset, completedRanges: ranges, expectedLength: 1 << 30, etag: "\"e\"", lastModified: nil,
+            responseDate: nil, acceptRanges: "bytes",
+            tempPath: (store.partialPath as NSString).appendingPathComponent(file), suggestedFilename: "f.bin",
+            destination: nil, headers: [:], createdAt: date, updatedAt: date)
+    }
+
+    /// A store in a new directory's `state/`, holding one record of a running download.
+    private static func storeWithRunningRecord(
+        in directory: TemporaryDirectory
+    ) throws -> (state: URL, store: TaskStore, id: DownloadQueue.TaskID) {
+        let state = directory.url.appendingPathComponent("state")
+        let store = try TaskStore(directory: state)
+        let id = DownloadQueue.TaskID()
+        try store.save(
+            TaskRecord(
+                id: id, url: URL(string: "http://127.0.0.1:9/f.bin")!, destination: .directory(directory.url),
+                priority: 0, order: 0, state: .queued),
+            running: true)
+        return (state, store, id)
+    }
+
+    /// Two checkpoints of one file a second apart, then the listing half a second later: the running item.
+    private static func listedAfter(
+        _ tokens: (ResumeToken, ResumeToken), state: URL, store: TaskStore, id: DownloadQueue.TaskID
+    ) throws -> DownloadQueue.Item {
+        let start = Date(timeIntervalSince1970: 1_796_000_100)
+        try store.checkpoint(id, token: tokens.0, now: start)
+        try store.checkpoint(id, token: tokens.1, now: start + 1)
+        let item = try #require(TaskStore.listing(directory: state, now: start + 1.5).items.first)
+        guard case .running = item.state else {
+            Issue.record("\(item.state)")
+            return item
+        }
+        return item
     }
 
     @Test(
         "Checkpoints record the rate between two of the same file; list calls a fresh one running, a paused one not")
     func rateBetweenCheckpoints() throws {
         let directory = try TemporaryDirectory()
-        let state = directory.url.appendingPathComponent("state")
-        let store = try TaskStore(directory: state)
-        let id = DownloadQueue.TaskID()
+        let (state, store, id) = try Self.storeWithRunningRecord(in: directory)
         let file = TemporaryFileName.make()
-        try store.save(
-            TaskRecord(
-                id: id, url: URL(string: "http://127.0.0.1:9/f.bin")!, destination: .directory(directory.url),
-                priority: 0, order: 0, state: .queued),
-            running: true)
         let start = Date(timeIntervalSince1970: 1_796_000_100)
         try store.checkpoint(id, token: Self.token(offset: 1000, in: store, file: file), now: start)
         #expect(store.record(id)?.bytesPerSecond == nil, "one checkpoint has no rate")
@@ -64,24 +90,46 @@ struct TaskStoreRateTests {
     @Test("A paused multi-connection download lists every byte its token covers, not only the offset")
     func versionTwoTokenBytes() throws {
         let directory = try TemporaryDirectory()
-        let state = directory.url.appendingPathComponent("state")
-        let store = try TaskStore(directory: state)
-        let id = DownloadQueue.TaskID()
-        let date = Date(timeIntervalSince1970: 1_796_000_000)
-        let token = ResumeToken(
-            url: URL(string: "http://127.0.0.1:9/f.bin")!, originalURL: URL(string: "http://127.0.0.1:9/f.bin")!,
-            offset: 1000, completedRanges: [4000..<6000, 9000..<9500], expectedLength: 1 << 20, etag: "\"e\"",
-            lastModified: nil, responseDate: nil, acceptRanges: "bytes",
-            tempPath: (store.partialPath as NSString).appendingPathComponent(TemporaryFileName.make()),
-            suggestedFilename: "f.bin", destination: nil, headers: [:], createdAt: date, updatedAt: date)
+        let (state, store, id) = try Self.storeWithRunningRecord(in: directory)
+        let token = Self.token(
+            offset: 1000, ranges: [4000..<6000, 9000..<9500], in: store, file: TemporaryFileName.make())
         #expect(token.bytesCovered == 3500)
-        try store.save(
-            TaskRecord(
-                id: id, url: URL(string: "http://127.0.0.1:9/f.bin")!, destination: .directory(directory.url),
-                priority: 0, order: 0, state: .paused, token: token),
-            running: false)
+        var record = try #require(store.record(id))
+        record.state = .paused
+        record.token = token
+        try store.save(record, running: false)
         let listed = TaskStore.listing(directory: state)
         #expect(listed.items.map(\.bytesOnDisk) == [3500], "\(listed.items)")
+    }
+
+    /// helper-54: the rate beside that count came from the offset alone.
+    @Test("A running download whose other connections wrote 2.1 MB in a second is listed at the rate they wrote it")
+    func rateCountsEveryCoveredByte() throws {
+        let directory = try TemporaryDirectory()
+        let (state, store, id) = try Self.storeWithRunningRecord(in: directory)
+        let file = TemporaryFileName.make()
+        // Four connections: the first one (at the offset) stalls, the three others each write 700 kB in a second.
+        let first = Self.token(
+            offset: 1000, ranges: [100_000_000..<100_000_100, 200_000_000..<200_000_100, 300_000_000..<300_000_100],
+            in: store, file: file)
+        let second = Self.token(
+            offset: 1000, ranges: [100_000_000..<100_700_100, 200_000_000..<200_700_100, 300_000_000..<300_700_100],
+            in: store, file: file)
+        let item = try Self.listedAfter((first, second), state: state, store: store, id: id)
+        #expect(item.bytesOnDisk == second.bytesCovered)
+        #expect(item.bytesPerSecond == 2_100_000, "listed rate \(item.bytesPerSecond) B/s")
+    }
+
+    @Test("A prefix that absorbs a range already on disk is not listed as bytes received in that second")
+    func rateDoesNotCountAbsorbedRanges() throws {
+        let directory = try TemporaryDirectory()
+        let (state, store, id) = try Self.storeWithRunningRecord(in: directory)
+        let file = TemporaryFileName.make()
+        // The first connection closes a 1000-byte gap in a second: the prefix absorbs the 500 MB range after it.
+        let first = Self.token(offset: 1000, ranges: [2000..<500_000_000], in: store, file: file)
+        let second = Self.token(offset: 500_000_000, in: store, file: file)
+        let item = try Self.listedAfter((first, second), state: state, store: store, id: id)
+        #expect(item.bytesPerSecond == 1000, "listed rate \(item.bytesPerSecond) B/s")
     }
 
     @Test("Hostile rate fields in a record are refused with a typed error, never a trap")
