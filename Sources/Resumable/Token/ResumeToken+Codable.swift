@@ -105,13 +105,12 @@ extension ResumeToken: Codable {
                     "is not an absolute path: \(destination.debugDescription)"
                 )
             }
-            guard !destination.split(separator: "/").contains(".."),
-                destination.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F })
-            else {
+            // Any other byte is a legal file name on Linux, control characters included: the destination is the
+            // user's own choice, written back as it was given (`tempPath` follows the same rule). Printing it is the
+            // printer's business (the CLI escapes what it shows).
+            guard !destination.split(separator: "/").contains(".."), !destination.utf8.contains(0) else {
                 throw ResumableError.invalidToken(
-                    field: "destination",
-                    "contains '..' or control characters: \(destination.debugDescription)"
-                )
+                    field: "destination", "contains '..' or NUL: \(destination.debugDescription)")
             }
         }
         self.destination = destination
