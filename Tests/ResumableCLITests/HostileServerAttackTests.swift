@@ -15,6 +15,21 @@ import Testing
 struct HostileServerHelper48AttackTests {
     static let transports: [DownloadTask.Transport] = [.libcurl, .urlSession]
 
+    /// No retries, a long idle timeout, `transport`.
+    static func configuration(_ transport: DownloadTask.Transport) -> DownloadTask.Configuration {
+        DownloadTask.Configuration(retry: .init(maximumRetries: 0), idleTimeout: .seconds(600), transport: transport)
+    }
+
+    /// Downloads `/file.bin` from `server` into `directory`.
+    static func download(
+        from server: RawScriptServer, into directory: ScratchDirectory, _ configuration: DownloadTask.Configuration
+    ) async throws -> Result<DownloadResult, ResumableError> {
+        let task = try DownloadTask(
+            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
+            configuration: configuration)
+        return await task.result
+    }
+
     // MARK: - Probe: a head that never ends
 
     // MARK: - Finding 1: a validator's trailing Unicode space is trimmed away, and two versions are spliced
@@ -60,12 +75,15 @@ struct HostileServerHelper48AttackTests {
         }
         defer { server.stop() }
         let directory = try ScratchDirectory()
-        var configuration = DownloadTask.Configuration(
-            retry: .init(maximumRetries: 0), idleTimeout: .seconds(600), transport: transport)
-        let first = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: configuration)
-        guard case .failure(let error) = await first.result, let token = error.resumeToken else { return }
+        var configuration = Self.configuration(transport)
+        let first = try await Self.download(from: server, into: directory, configuration)
+        guard case .failure(let error) = first, let token = error.resumeToken else {
+            // URLSession refuses a head with a byte that is not UTF-8 (a lone 0xA0) before any body: nothing was
+            // written, so there is nothing to resume and nothing to splice.
+            #expect(directory.contents().isEmpty, "no token, yet files were left: \(directory.contents()), \(first)")
+            if case .success = first { Issue.record("the first download was cut at 50 bytes, yet it finished") }
+            return
+        }
         if let stored = token.etag {
             #expect(
                 Array(stored.utf8) != newTag, "the token stores \(stored.debugDescription), the server sent \(oldTag)")
@@ -109,12 +127,9 @@ struct HostileServerHelper48AttackTests {
         }
         defer { server.stop() }
         let directory = try ScratchDirectory()
-        let configuration = DownloadTask.Configuration(
-            retry: .init(maximumRetries: 0), idleTimeout: .seconds(600), transport: transport)
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: configuration)
-        if case .success(let result) = await task.result {
+        if case .success(let result) = try await Self.download(
+            from: server, into: directory, Self.configuration(transport))
+        {
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
             let whole = bytes == content
             #expect(whole, "finished with \(bytes.count) of the file's \(content.count) bytes")
@@ -140,12 +155,8 @@ struct HostileServerHelper48AttackTests {
         let server = try Self.acceptRangesServer(content: content, value: value)
         defer { server.stop() }
         let directory = try ScratchDirectory()
-        var configuration = DownloadTask.Configuration(
-            retry: .init(maximumRetries: 0), idleTimeout: .seconds(600), transport: transport)
-        let first = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: configuration)
-        guard case .failure(let error) = await first.result else {
+        var configuration = Self.configuration(transport)
+        guard case .failure(let error) = try await Self.download(from: server, into: directory, configuration) else {
             Issue.record("the first download was cut at 50 bytes, yet it finished")
             return
         }
