@@ -264,6 +264,13 @@ public actor DownloadQueue {
 
     private func unsubscribe(_ key: UUID) { subscribers[key] = nil }
 
+    /// Ends every stream ``events()`` returned, after the events already sent: a subscriber that reads on sees each
+    /// of them, then the end. For an owner that is done with an idle queue (the CLI's batch, before its summary).
+    package func finishEvents() {
+        for continuation in subscribers.values { continuation.finish() }
+        subscribers.removeAll()
+    }
+
     private func send(_ event: Event) {
         for continuation in subscribers.values { continuation.yield(event) }
     }

@@ -161,7 +161,8 @@ struct BatchRunner {
         if let early = await prepare(queue, display) {
             await queue.suspend()
             _ = await queue.waitUntilIdle()
-            reporter.cancel()
+            await queue.finishEvents()
+            await reporter.value
             await display.finish()
             return early
         }
@@ -186,7 +187,10 @@ struct BatchRunner {
         withExtendedLifetime(watcher) {}
         let summary = await queue.waitUntilIdle()
         let left = await queue.items
-        reporter.cancel()
+        // Every event sent until now reaches the display (a cancel dropped the last ones still buffered, such as the
+        // last download's `task-finished`), then the stream ends.
+        await queue.finishEvents()
+        await reporter.value
         await display.finish()
         return report(summary, left: left, signal: signal)
     }

@@ -18,6 +18,29 @@ struct DownloadQueueTests {
         }
     }
 
+    /// What the CLI's batch relies on for its last lines: an idle queue's `finishEvents()` ends each stream after the
+    /// events already sent, so a subscriber that had not read them yet still gets every one (a cancel of the reader
+    /// dropped the last `task-finished` of a batch, seen once in CI).
+    @Test("finishEvents() ends the streams after every event already sent, none dropped")
+    func finishEventsKeepsBufferedEvents() async throws {
+        let fixture = try DownloadFixture()
+        defer { fixture.server.shutdown() }
+        let files = Self.serve(fixture, count: 3, length: 4096)
+        let queue = DownloadQueue(configuration: .init(download: DownloadFixture.configuration()))
+        let events = await queue.events()
+        var ids: Set<DownloadQueue.TaskID> = []
+        for (url, _) in files { ids.insert(try await queue.add(url, destination: .directory(fixture.directory.url))) }
+        let summary = await queue.waitUntilIdle()
+        #expect(summary.finished == 3)
+        // Nothing has read the stream yet: every event is still buffered.
+        await queue.finishEvents()
+        var finished: Set<DownloadQueue.TaskID> = []
+        for await event in events {
+            if case .finished(let id, _) = event { finished.insert(id) }
+        }
+        #expect(finished == ids)
+    }
+
     /// Records how many downloads run at once, from the queue's own events.
     final class Concurrency: Sendable {
         private let state = Mutex((running: 0, peak: 0, finished: 0))
