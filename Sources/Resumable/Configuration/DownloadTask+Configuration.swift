@@ -171,8 +171,7 @@ extension DownloadTask {
             }
             checkpointing.finished = { tempPath in ResumeToken.removeFile(at: file, ifItNames: tempPath) }
             checkpointing.abandoned = { tempPath in
-                ResumeToken.removeFile(at: file, ifItNames: tempPath)
-                return !ResumeToken.file(at: file, names: tempPath)
+                ResumeToken.removeFileBeforeItsTemporaryFile(at: file, naming: tempPath)
             }
             return checkpointing
         }

@@ -356,7 +356,11 @@ public final class TaskStore: Sendable {
     /// `adding`: present while a list of downloads is being added to a suspended queue (the CLI's `get -i`), before
     /// any of them starts. A store that holds it after a crash has records of an incomplete list and no byte of any
     /// of them: they may be dropped (restored and cancelled) and the whole list added again.
-    private var addingPath: String { (directory.path as NSString).appendingPathComponent("adding") }
+    private var addingPath: String { Self.addingPath(in: directory) }
+
+    private static func addingPath(in directory: URL) -> String {
+        (directory.path as NSString).appendingPathComponent("adding")
+    }
 
     /// Whether a list was being added when the process that added it ended (`adding` is there).
     ///
@@ -380,7 +384,7 @@ public final class TaskStore: Sendable {
     /// listing, which must not wait for the store's lock.
     package static func holdsAdditionMark(in directory: URL) -> Bool {
         var status = stat()
-        return lstat(directory.appendingPathComponent("adding").path, &status) == 0
+        return lstat(addingPath(in: directory), &status) == 0
     }
 
     /// Marks the start of a list's addition, flushed, before its first record is written.

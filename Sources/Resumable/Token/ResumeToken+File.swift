@@ -34,10 +34,7 @@ extension ResumeToken {
     /// - Returns: Whether a file was removed.
     @discardableResult
     package static func removeFile(at file: URL, ifItNames tempPath: String) -> Bool {
-        // Byte for byte: two canonically equivalent paths that `String ==` holds equal are two files.
-        guard let token = try? ResumeToken(contentsOf: file), token.tempPath.utf8.elementsEqual(tempPath.utf8) else {
-            return false
-        }
+        guard Self.file(at: file, names: tempPath) else { return false }
         // A file that takes the name between the check and the unlink is removed: moving the token aside first to
         // judge it there would close that instant, but a crash in between would leave a stray file beside the
         // finished one. The writes, which happen throughout a download, are the ones made exact (`write(to:replacing:)`).
@@ -46,7 +43,16 @@ extension ResumeToken {
         return true
     }
 
-    /// Whether the token file at `file` holds a token for the temporary file `tempPath` (byte for byte).
+    /// ``removeFile(at:ifItNames:)`` for a download that ends with nothing to resume, right before its temporary file
+    /// is removed.
+    ///
+    /// - Returns: Whether the temporary file may go: false only when a token naming it is still at `file`.
+    package static func removeFileBeforeItsTemporaryFile(at file: URL, naming tempPath: String) -> Bool {
+        removeFile(at: file, ifItNames: tempPath) || !Self.file(at: file, names: tempPath)
+    }
+
+    /// Whether the token file at `file` holds a token for the temporary file `tempPath` (byte for byte: two
+    /// canonically equivalent paths that `String ==` holds equal are two files).
     package static func file(at file: URL, names tempPath: String) -> Bool {
         guard let token = try? ResumeToken(contentsOf: file) else { return false }
         return token.tempPath.utf8.elementsEqual(tempPath.utf8)

@@ -89,8 +89,7 @@ final class TokenFile: Sendable {
         state.withLock { state in
             state.ended = true
             guard let url = state.url else { return true }
-            ResumeToken.removeFile(at: url, ifItNames: tempPath)
-            return !ResumeToken.file(at: url, names: tempPath)
+            return ResumeToken.removeFileBeforeItsTemporaryFile(at: url, naming: tempPath)
         }
     }
 
