@@ -72,11 +72,9 @@ struct ClaimsAttackTests {
         }
         let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = sortedNames(in: output)
-        #expect(
-            (try? fixture.contents(of: target)) == second,
-            "B's x.bin, saved by this batch, was replaced by A's bytes after the restart; the output holds \(names)")
-        #expect((try? fixture.contents(of: output.appendingPathComponent("x (1).bin"))) == first, "\(names)")
+        expectKept(
+            second, freeNamed: first, in: output,
+            "B's x.bin, saved by this batch, was replaced by A's bytes after the restart")
     }
 
     /// Rule broken: "A complete batch leaves nothing in the state directory but the empty store layout (no
@@ -254,11 +252,7 @@ struct ClaimsAttackTests {
         gate.open()
         let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = sortedNames(in: output)
-        #expect(
-            (try? fixture.contents(of: target)) == first,
-            "A's x.bin was replaced by B's bytes after the restart; the output holds \(names)")
-        #expect((try? fixture.contents(of: output.appendingPathComponent("x (1).bin"))) == second, "\(names)")
+        expectKept(first, freeNamed: second, in: output, "A's x.bin was replaced by B's bytes after the restart")
     }
 
     /// Rule broken: rule 4 (no giving up wrongly: "a download that can never finish because of a stale claim").

@@ -53,11 +53,9 @@ struct LastCallAttackTests {
         configuration.connections = .single
         let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = sortedNames(in: output)
-        #expect(
-            (try? fixture.contents(of: target)) == first,
-            "A's x.bin, saved by this batch before the interruption, was replaced; the output holds \(names)")
-        #expect((try? fixture.contents(of: output.appendingPathComponent("x (1).bin"))) == second, "\(names)")
+        expectKept(
+            first, freeNamed: second, in: output, "A's x.bin, saved by this batch before the interruption, was replaced"
+        )
     }
 
     /// Rule broken: rule 2, "nothing the queue saved is replaced" (`.overwrite`: "a name another download of the

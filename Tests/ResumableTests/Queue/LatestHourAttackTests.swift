@@ -103,11 +103,9 @@ struct LatestHourAttackTests {
         gate.open()
         let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = sortedNames(in: output)
-        #expect(
-            (try? fixture.contents(of: target)) == first,
-            "the first download's x.bin was replaced by the second download's bytes; the output holds \(names)")
-        #expect((try? fixture.contents(of: output.appendingPathComponent("x (1).bin"))) == second, "\(names)")
+        expectKept(
+            first, freeNamed: second, in: output,
+            "the first download's x.bin was replaced by the second download's bytes")
     }
 
     /// Rule broken: as above - `.overwrite` replaces a file an earlier run of the same queue saved.
@@ -156,10 +154,8 @@ struct LatestHourAttackTests {
         gate.open()
         let summary = try await restartAndFinish(state: state, configuration: configuration)
         #expect(summary.finished == 1, "\(summary)")
-        let names = sortedNames(in: output)
-        #expect(
-            (try? fixture.contents(of: target)) == first,
-            "the first download's x.bin was replaced by the second download's bytes; the output holds \(names)")
-        #expect((try? fixture.contents(of: output.appendingPathComponent("x (1).bin"))) == second, "\(names)")
+        expectKept(
+            first, freeNamed: second, in: output,
+            "the first download's x.bin was replaced by the second download's bytes")
     }
 }

@@ -19,3 +19,16 @@ func restartAndFinish(
 func sortedNames(in directory: URL) -> [String] {
     (try? FileManager.default.contentsOfDirectory(atPath: directory.path))?.sorted() ?? []
 }
+
+/// The end of the queue's name tests: `x.bin` in `output` still holds `kept`, the file saved first, and the other
+/// download got the free name `x (1).bin` with `freeNamed`. `replaced` says what a replaced `x.bin` means.
+func expectKept(
+    _ kept: [UInt8], freeNamed: [UInt8], in output: URL, _ replaced: String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    let names = sortedNames(in: output)
+    let contents = { (name: String) in (try? Data(contentsOf: output.appendingPathComponent(name))).map { [UInt8]($0) }
+    }
+    #expect(contents("x.bin") == kept, "\(replaced); the output holds \(names)", sourceLocation: sourceLocation)
+    #expect(contents("x (1).bin") == freeNamed, "\(names)", sourceLocation: sourceLocation)
+}
