@@ -213,18 +213,12 @@ struct ClaimsAttackTests {
     func lastClaimOverTheLimitLosesAll() async throws {
         let fixture = try DownloadFixture()
         defer { fixture.server.shutdown() }
-        let first = testBytes(count: 20_000, seed: 4405)
-        let second = testBytes(count: 200_000, seed: 4406)
-        let firstURL = fixture.serve(.bytes(first), at: "/a/x.bin")
-        let gate = fixture.serveHeld(.bytes(second), after: 50_000, at: "/b/x.bin")
-        let secondURL = fixture.server.url(for: "/b/x.bin")
-        let output = fixture.directory.url.appendingPathComponent("out")
-        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
-        let target = output.appendingPathComponent("x.bin")
-        let state = fixture.directory.url.appendingPathComponent("state")
-        var configuration = DownloadFixture.configuration(existingFile: .overwrite)
-        configuration.checkpointing = .init(interval: .milliseconds(50)) { _ in }
-        configuration.connections = .single
+        let pair = try SameNameDownloads(fixture, seeds: (4405, 4406))
+        let (first, second, firstURL, secondURL, gate) = (
+            pair.first, pair.second, pair.firstURL, pair.secondURL, pair.gate
+        )
+        let (output, target, state) = (pair.output, pair.target, pair.state)
+        let configuration = pair.configuration
 
         // Well-formed claims on other names, up to a few bytes under the limit.
         let owner = UUID().uuidString.lowercased()

@@ -73,18 +73,12 @@ struct LatestHourAttackTests {
     func claimsForgottenWhenStoreMomentarilyEmpty() async throws {
         let fixture = try DownloadFixture()
         defer { fixture.server.shutdown() }
-        let first = testBytes(count: 20_000, seed: 4302)
-        let second = testBytes(count: 200_000, seed: 4303)
-        let firstURL = fixture.serve(.bytes(first), at: "/a/x.bin")
-        let gate = fixture.serveHeld(.bytes(second), after: 50_000, at: "/b/x.bin")
-        let secondURL = fixture.server.url(for: "/b/x.bin")
-        let output = fixture.directory.url.appendingPathComponent("out")
-        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
-        let state = fixture.directory.url.appendingPathComponent("state")
-        var configuration = DownloadFixture.configuration(existingFile: .overwrite)
-        configuration.checkpointing = .init(interval: .milliseconds(50)) { _ in }
-        configuration.connections = .single
-        let target = output.appendingPathComponent("x.bin")
+        let pair = try SameNameDownloads(fixture, seeds: (4302, 4303))
+        let (first, second, firstURL, secondURL, gate) = (
+            pair.first, pair.second, pair.firstURL, pair.secondURL, pair.gate
+        )
+        let (output, target, state) = (pair.output, pair.target, pair.state)
+        let configuration = pair.configuration
 
         do {
             let store = try TaskStore(directory: state)
@@ -122,18 +116,12 @@ struct LatestHourAttackTests {
     func claimsAfterTornEntry() async throws {
         let fixture = try DownloadFixture()
         defer { fixture.server.shutdown() }
-        let first = testBytes(count: 20_000, seed: 4304)
-        let second = testBytes(count: 200_000, seed: 4305)
-        let firstURL = fixture.serve(.bytes(first), at: "/a/x.bin")
-        let gate = fixture.serveHeld(.bytes(second), after: 50_000, at: "/b/x.bin")
-        let secondURL = fixture.server.url(for: "/b/x.bin")
-        let output = fixture.directory.url.appendingPathComponent("out")
-        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
-        let state = fixture.directory.url.appendingPathComponent("state")
-        var configuration = DownloadFixture.configuration(existingFile: .overwrite)
-        configuration.checkpointing = .init(interval: .milliseconds(50)) { _ in }
-        configuration.connections = .single
-        let target = output.appendingPathComponent("x.bin")
+        let pair = try SameNameDownloads(fixture, seeds: (4304, 4305))
+        let (first, second, firstURL, secondURL, gate) = (
+            pair.first, pair.second, pair.firstURL, pair.secondURL, pair.gate
+        )
+        let (output, target, state) = (pair.output, pair.target, pair.state)
+        let configuration = pair.configuration
 
         do {
             let store = try TaskStore(directory: state)

@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackServer
 import Testing
 
 @testable import Resumable
@@ -31,4 +32,35 @@ func expectKept(
     }
     #expect(contents("x.bin") == kept, "\(replaced); the output holds \(names)", sourceLocation: sourceLocation)
     #expect(contents("x (1).bin") == freeNamed, "\(names)", sourceLocation: sourceLocation)
+}
+
+/// Two downloads to one name, `x.bin` in `fixture`'s `out/`: the first (20,000 bytes) served whole at `/a/x.bin`,
+/// the second (200,000 bytes) held after 50,000 at `/b/x.bin`; a store directory `state`, and a configuration with
+/// `.overwrite`, checkpoints every 50 ms and one connection.
+struct SameNameDownloads {
+    let first: [UInt8]
+    let second: [UInt8]
+    let firstURL: URL
+    let secondURL: URL
+    let gate: BodyGate
+    let output: URL
+    let target: URL
+    let state: URL
+    let configuration: DownloadTask.Configuration
+
+    init(_ fixture: DownloadFixture, seeds: (UInt64, UInt64)) throws {
+        first = testBytes(count: 20_000, seed: seeds.0)
+        second = testBytes(count: 200_000, seed: seeds.1)
+        firstURL = fixture.serve(.bytes(first), at: "/a/x.bin")
+        gate = fixture.serveHeld(.bytes(second), after: 50_000, at: "/b/x.bin")
+        secondURL = fixture.server.url(for: "/b/x.bin")
+        output = fixture.directory.url.appendingPathComponent("out")
+        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
+        target = output.appendingPathComponent("x.bin")
+        state = fixture.directory.url.appendingPathComponent("state")
+        var configuration = DownloadFixture.configuration(existingFile: .overwrite)
+        configuration.checkpointing = .init(interval: .milliseconds(50)) { _ in }
+        configuration.connections = .single
+        self.configuration = configuration
+    }
 }
