@@ -556,6 +556,10 @@ struct ResumeStateMachine: Sendable {
         case unusable(ResumableError)
         /// The server is overloaded (408, 429, 5xx): fewer connections, and back off when none is left.
         case overloaded(ResumableError)
+        /// The server turned this connection away with a status that says nothing about the file (a redirect, 401,
+        /// 403, 404, …) while the connections already reading it go on: one connection fewer; the download fails with
+        /// this answer only when no connection is left working.
+        case refused(ResumableError)
         /// A permanent failure of the whole download.
         case fail(ResumableError)
     }
@@ -621,7 +625,9 @@ struct ResumeStateMachine: Sendable {
                 ResumableError(
                     .proxy, "the proxy requires authentication (407 Proxy Authentication Required)", httpStatus: 407))
         default:
-            return .fail(
+            // Some servers and CDNs turn away extra connections with 403 (or a redirect to a mirror, a 404 from an
+            // edge without the file); a changed file shows as a 200, a 416 or other validators, judged above.
+            return .refused(
                 ResumableError(
                     .httpStatus,
                     "the server answered \(status) \(Self.reason(status)) to a segment of \(state.url.absoluteString)",

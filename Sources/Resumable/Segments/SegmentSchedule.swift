@@ -23,7 +23,9 @@ import Foundation
 /// - **Back-off.** An overloaded answer (`503`, `429`), or a connection that fails before its response, lowers
 ///   the number of connections and does not count as a failure in a row (many `503`s beyond a limit are one
 ///   answer); when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)`` and the
-///   engine backs off.
+///   engine backs off. A segment turned away with a status that says nothing about the file (`403`, `404`, a
+///   redirect: ``ResumeStateMachine/SegmentVerdict/refused(_:)``) lowers the count the same way, and ends the
+///   download with that answer only when no connection is left working.
 /// - **Automatic count.** ``DownloadTask/Connections/automatic`` starts with one connection, goes to
 ///   ``firstRampStep``, and doubles the count while the total rate grows by at least ``rampGain``, going back when a
 ///   step did not pay that; a settled count tries again after ``rampRetryInterval``, twice as long after each try
@@ -268,6 +270,12 @@ struct SegmentSchedule: Sendable {
                 return Step(actions: stopAll(), end: .restart(reason), failure: failure)
             case .fail(let error):
                 return Step(actions: stopAll(), end: .fail(error), failure: failure)
+            case .refused(let error):
+                // The connections still reading the file go on, one fewer; with none left, the answer is the
+                // download's (its bytes stay resumable).
+                if failed(error, lowering: true) != nil {
+                    return Step(actions: stopAll(), end: .fail(error), failure: failure)
+                }
             case .overloaded(let error):
                 if let end = failed(error, lowering: true) {
                     return Step(actions: stopAll(), end: end, failure: failure)
@@ -311,7 +319,7 @@ struct SegmentSchedule: Sendable {
 
     private static func error(of verdict: ResumeStateMachine.SegmentVerdict?) -> ResumableError? {
         switch verdict {
-        case .overloaded(let error), .unusable(let error), .fail(let error): return error
+        case .overloaded(let error), .unusable(let error), .refused(let error), .fail(let error): return error
         case .fileChanged(let reason): return ResumableError(.protocolViolation, reason.description)
         case .join, nil: return nil
         }

@@ -77,6 +77,7 @@ struct SegmentJudgementTests {
             case .fileChanged: return "restart"
             case .unusable: return "unusable"
             case .overloaded: return "overloaded"
+            case .refused: return "refused"
             case .fail: return "fail"
             }
         }
@@ -102,6 +103,9 @@ struct SegmentJudgementTests {
         #expect(
             verdict(ResponseHead(status: 503, headers: [HTTPHeader(name: "Retry-After", value: "1")])) == "overloaded")
         #expect(verdict(ResponseHead(status: 429, headers: [])) == "overloaded")
-        #expect(verdict(ResponseHead(status: 404, headers: [])) == "fail")
+        #expect(verdict(ResponseHead(status: 404, headers: [])) == "refused")
+        #expect(verdict(ResponseHead(status: 403, headers: [])) == "refused")
+        #expect(verdict(ResponseHead(status: 302, headers: [HTTPHeader(name: "Location", value: "/m")])) == "refused")
+        #expect(verdict(ResponseHead(status: 407, headers: [])) == "fail")
     }
 }
