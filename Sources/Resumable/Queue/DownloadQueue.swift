@@ -47,6 +47,11 @@ public actor DownloadQueue {
         /// The configuration of every download. With a ``TaskStore``, its `temporaryDirectory` and
         /// `checkpointing` are the store's.
         public var download: DownloadTask.Configuration
+        /// Whether a download that failed for good (nothing to resume: a 404, a checksum mismatch) stays in the
+        /// queue and its store, as ``State/failed(_:)`` with no token, until it is resumed (from byte 0) or
+        /// cancelled, instead of leaving at once. The CLI's batches keep them until their summary is written, so
+        /// that a crash before it cannot make a later `resume --state` call the batch complete.
+        package var keepsFailuresForGood = false
 
         /// - Parameters:
         ///   - maximumConcurrentDownloads: Downloads running at once, in all.
@@ -774,6 +779,17 @@ public actor DownloadQueue {
                 store?.forgetToken(id)
                 try? persist(id, state: .paused, running: false)
                 send(.paused(id))
+                perform(schedule.ended(id, paused: true))
+            } else if configuration.keepsFailuresForGood {
+                // Nothing to resume, but it stays, failed, until resumed (from byte 0) or cancelled: its record was
+                // rewritten without a token before its temporary file went (`abandoned`), and now says why.
+                entry.token = nil
+                entry.failure = error
+                entry.progress = nil
+                entries[id] = entry
+                try? persist(id, state: .failed, running: false)
+                summary.failed += 1
+                send(.failed(id, error))
                 perform(schedule.ended(id, paused: true))
             } else {
                 entries[id] = nil

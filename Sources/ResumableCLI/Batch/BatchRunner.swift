@@ -139,8 +139,11 @@ struct BatchRunner {
         var download = options.configuration(checkpointing: .init(interval: .seconds(1)) { _ in })
         // A --sha256 applies to every file of the list through `add`; per-file checksums come from the list.
         download.expectedSHA256 = nil
-        let queue = DownloadQueue(
-            configuration: .init(maximumConcurrentDownloads: jobs, download: download), store: store)
+        var configuration = DownloadQueue.Configuration(maximumConcurrentDownloads: jobs, download: download)
+        // A download that fails for good stays in the store until the summary below reports it: a crash before that
+        // leaves it there, and the next `resume --state` tries it again instead of calling the batch complete.
+        configuration.keepsFailuresForGood = true
+        let queue = DownloadQueue(configuration: configuration, store: store)
         let watcher = SignalWatcher()
         let display = BatchDisplay(mode: options.outputMode, total: total)
         // `-q` shows nothing while running: no subscription, so no event travels to the display.
@@ -186,13 +189,23 @@ struct BatchRunner {
         }
         withExtendedLifetime(watcher) {}
         let summary = await queue.waitUntilIdle()
-        let left = await queue.items
+        let items = await queue.items
+        // Failed for good (no token: nothing to resume): reported below as failed, not as left to resume.
+        let failedForGood = Set(
+            items.compactMap { item -> DownloadQueue.TaskID? in
+                guard case .failed(let error) = item.state, error.resumeToken == nil else { return nil }
+                return item.id
+            })
+        let left = items.filter { !failedForGood.contains($0.id) }
         // Every event sent until now reaches the display (a cancel dropped the last ones still buffered, such as the
         // last download's `task-finished`), then the stream ends.
         await queue.finishEvents()
         await reporter.value
         await display.finish()
-        return report(summary, left: left, signal: signal)
+        let exit = report(summary, left: left, signal: signal)
+        // Reported: they leave the store now. A crash before this line leaves them, failed, for the next run.
+        for id in failedForGood { await queue.cancel(id) }
+        return exit
     }
 
     private func report(_ summary: DownloadQueue.Summary, left: [DownloadQueue.Item], signal: Int32?) -> ExitCode {

@@ -239,6 +239,60 @@ struct DownloadQueueTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: store.tasksPath).isEmpty)
     }
 
+    @Test(
+        "keepsFailuresForGood: a 404 stays as failed (record without a token) across a restore; resumed, it starts from byte 0; cancelled, it leaves"
+    )
+    func failuresForGoodKept() async throws {
+        let fixture = try DownloadFixture()
+        defer { fixture.server.shutdown() }
+        let stateDirectory = fixture.directory.url.appendingPathComponent("state")
+        var configuration = DownloadQueue.Configuration(download: DownloadFixture.configuration())
+        configuration.keepsFailuresForGood = true
+        let url = fixture.server.url(for: "/late.bin")
+        let id: DownloadQueue.TaskID
+        do {
+            let store = try TaskStore(directory: stateDirectory)
+            let queue = DownloadQueue(configuration: configuration, store: store)
+            id = try await queue.add(url, destination: .directory(fixture.directory.url))
+            let summary = await queue.waitUntilIdle()
+            #expect(summary.failed == 1)
+            let items = await queue.items
+            guard case .failed(let error)? = items.first?.state, items.count == 1 else {
+                return #expect(Bool(false), "\(items.map(\.state))")
+            }
+            #expect(error.httpStatus == 404)
+            #expect(error.resumeToken == nil)
+            let record = try #require(store.record(id))
+            #expect(record.state == .failed)
+            #expect(record.token == nil)
+            #expect(record.failure?.contains("404") == true, "\(String(describing: record.failure))")
+        }
+        // A new process: the failure comes back; the file now exists, and a resume downloads it from byte 0.
+        let bytes = testBytes(count: 70_000, seed: 9)
+        fixture.serve(.bytes(bytes), at: "/late.bin")
+        let store = try TaskStore(directory: stateDirectory)
+        let queue = DownloadQueue(configuration: configuration, store: store)
+        #expect(await queue.restore().isEmpty)
+        let restored = await queue.items
+        guard case .failed? = restored.first?.state else {
+            return #expect(Bool(false), "\(restored.map(\.state))")
+        }
+        await queue.resume(id)
+        let summary = await queue.waitUntilIdle()
+        #expect(summary.finished == 1)
+        #expect(try fixture.contents(of: fixture.directory.url.appendingPathComponent("late.bin")) == bytes)
+        #expect(fixture.server.requests(for: "/late.bin").last?.header("Range") == nil)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: store.tasksPath).isEmpty)
+        // Failed again, then cancelled: it leaves the store.
+        let again = try await queue.add(
+            fixture.server.url(for: "/missing.bin"), destination: .directory(fixture.directory.url))
+        _ = await queue.waitUntilIdle()
+        #expect(store.record(again)?.state == .failed)
+        await queue.cancel(again)
+        #expect(await queue.items.isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: store.tasksPath).isEmpty)
+    }
+
     @Test("suspend() pauses the running downloads into the store and leaves the waiting ones queued, untouched")
     func suspendKeepsWaiting() async throws {
         let fixture = try DownloadFixture()
