@@ -472,9 +472,11 @@ struct FailureClassificationTests {
             #expect(
                 error.localizedDescription.hasPrefix("could not connect to 127.0.0.1 within 0.3 seconds"),
                 "\(error)")
-            // Two attempts of 0.3 s; the idle timeout is 600 s and curl's own connect default 300 s.
+            // Two attempts of 0.3 s; the idle timeout is 600 s and curl's own connect default 300 s: well under either
+            // shows the 0.3 s applied. Not a speed goal: a machine with both cores busy with other builds once took 80 s
+            // for the whole test (0.6 s alone), so the bound only tells the connect timeout from those two.
             #expect(elapsed >= .milliseconds(600))
-            #expect(elapsed < .seconds(60), "took \(elapsed)")
+            #expect(elapsed < .seconds(250), "took \(elapsed)")
             #expect(directory.contents().isEmpty)
         }
 
