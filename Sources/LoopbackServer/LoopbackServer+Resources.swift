@@ -28,7 +28,8 @@ extension LoopbackServer {
     /// Serves regular files under `directory` for GET and HEAD paths that have no registered resource.
     ///
     /// Paths are percent-decoded strictly; `..` segments, escaping symbolic links and malformed escapes get 403,
-    /// anything that is not a regular file gets 404. Files get a strong ETag
+    /// anything that is not a regular file gets 404, and so does a hidden path: one with a segment starting with
+    /// `.` (`/.env`, `/sub/.x/file`), or one a symbolic link leads to. Files get a strong ETag
     /// `"<hex size>-<hex mtime nanoseconds>-<hex inode>"`, `Last-Modified` from the modification time and
     /// `Content-Type: application/octet-stream`, and are read with `pread` in chunks.
     ///

@@ -74,6 +74,45 @@ struct StaticFileTests {
         #expect(try RawHTTPClient.request(port: server.port, path: "/escape").status == 403)
     }
 
+    /// `resumable serve DIR` is run over download directories, which hold a batch's `.resumable-state` (tokens
+    /// with absolute paths) and whatever dotfiles are there; none of them may be served.
+    @Test("Hidden files, hidden directories and links into them get 404; other files are still served")
+    func hidesDotfiles() throws {
+        let directory = try makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let secret = Data("secret".utf8)
+        let fileManager = FileManager.default
+        try fileManager.createDirectory(
+            at: directory.appendingPathComponent("sub/.x"), withIntermediateDirectories: true)
+        try fileManager.createDirectory(
+            at: directory.appendingPathComponent(".resumable-state"), withIntermediateDirectories: true)
+        for name in [".hidden", "sub/.x/file", ".resumable-state/a.bin.resumable.json"] {
+            try secret.write(to: directory.appendingPathComponent(name))
+        }
+        try Data("token".utf8).write(to: directory.appendingPathComponent("a.bin.resumable.json"))
+        try fileManager.createSymbolicLink(
+            atPath: directory.appendingPathComponent("link").path,
+            withDestinationPath: ".resumable-state/a.bin.resumable.json")
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.serveFiles(from: directory)
+        let hidden = [
+            "/.hidden", "/sub/.x/file", "/.resumable-state/a.bin.resumable.json", "/%2Ehidden", "/sub/%2ex/file",
+            "/./.hidden", "//.hidden", "/link", "/.hidden?x=1",
+        ]
+        for path in hidden {
+            let response = try RawHTTPClient.request(port: server.port, path: path)
+            #expect(response.status == 404, "\(path)")
+            #expect(response.body != Array(secret), "\(path)")
+            #expect(try RawHTTPClient.request(port: server.port, method: "HEAD", path: path).status == 404, "\(path)")
+        }
+        #expect(
+            try RawHTTPClient.request(port: server.port, path: "/file.bin").body
+                == Resource.generatedBytes(seed: 1, range: 0..<3000))
+        #expect(try RawHTTPClient.request(port: server.port, path: "/a.bin.resumable.json").text == "token")
+        #expect(try RawHTTPClient.request(port: server.port, path: "/./file.bin").status == 200)
+    }
+
     @Test("A registered file resource serves the file's current content")
     func fileResource() throws {
         let directory = try makeDirectory()

@@ -72,6 +72,47 @@ struct ServeAndDemoTests {
         #expect(stopped.exitCode == 0, "\(stopped)")
     }
 
+    /// A served download directory holds a batch's `.resumable-state` (tokens naming absolute paths) and dotfiles:
+    /// `serve` must neither list nor serve them, while a token file beside its download is an ordinary file.
+    @Test("serve neither lists nor serves hidden files or directories, and still serves the rest")
+    func serveHidesDotfiles() async throws {
+        let scratch = try ScratchDirectory()
+        let root = try scratch.subdirectory("root")
+        _ = try scratch.subdirectory("root/sub/.x")
+        _ = try scratch.subdirectory("root/.resumable-state")
+        _ = try scratch.subdirectory("downloads")
+        let secret = Data("secret\n".utf8)
+        for name in [".hidden", "sub/.x/file", ".resumable-state/a.bin.resumable.json"] {
+            try secret.write(to: root.appendingPathComponent(name))
+        }
+        try Data("visible".utf8).write(to: root.appendingPathComponent("a.bin"))
+        try Data("{}".utf8).write(to: root.appendingPathComponent("a.bin.resumable.json"))
+        try #require(symlink(".resumable-state/a.bin.resumable.json", root.path + "/link") == 0)
+
+        let server = try CLIProcess(["serve", "root"], in: scratch.url)
+        // The note on standard error comes after the whole listing.
+        let started = try await eventually { server.stderrSoFar.contains("Press Ctrl-C") }
+        try #require(started, "\(server.stdoutSoFar) \(server.stderrSoFar)")
+        let lines = server.stdoutSoFar.split(separator: "\n").map(String.init)
+        let base = try #require(lines.first)
+        let listed = lines.dropFirst().map { $0.dropFirst(base.count).split(separator: "\t")[0] }
+        #expect(listed == ["a.bin", "a.bin.resumable.json"], "\(lines)")
+
+        for path in [".hidden", "sub/.x/file", ".resumable-state/a.bin.resumable.json", "%2Ehidden", "link"] {
+            let fetched = try await CLIProcess.run(
+                ["get", base + path, "-o", "downloads/got", "-q", "--retries", "0"], in: scratch.url)
+            #expect(fetched.exitCode == 1 && fetched.stderr.contains("404"), "\(path): \(fetched)")
+            #expect(!FileManager.default.fileExists(atPath: scratch.url.path + "/downloads/got"), "\(path)")
+        }
+        let visible = try await CLIProcess.run(["get", base + "a.bin", "-o", "downloads/a.bin", "-q"], in: scratch.url)
+        #expect(visible.exitCode == 0, "\(visible)")
+        #expect(try Data(contentsOf: scratch.url.appendingPathComponent("downloads/a.bin")) == Data("visible".utf8))
+
+        server.send(SIGINT)
+        let stopped = try await server.finish()
+        #expect(stopped.exitCode == 0, "\(stopped)")
+    }
+
     @Test("demo pauses a download, finishes it in a second process, verifies it and exits with 0")
     func demo() async throws {
         let scratch = try ScratchDirectory()

@@ -107,7 +107,8 @@ struct ServeCommand: CLICommand {
             .reduce("") { $0 + "/" + $1 }
     }
 
-    /// The regular files under `directory` (hidden ones skipped), as relative paths with sizes, sorted.
+    /// The regular files under `directory` that `serve` serves, as relative paths with sizes, sorted: hidden ones
+    /// (a segment starting with `.`, also where a symbolic link leads) are skipped, as the server refuses them.
     static func files(in directory: URL) -> [(String, Int64)] {
         let keys: [URLResourceKey] = [.isRegularFileKey, .fileSizeKey]
         guard
@@ -124,7 +125,11 @@ struct ServeCommand: CLICommand {
             // Byte for byte: `hasPrefix` holds canonically equivalent names (`é`, `e` + U+0301) equal, which are
             // two directories.
             guard path.utf8.starts(with: (root + "/").utf8) else { continue }
-            files.append((String(path.dropFirst(root.count + 1)), Int64(values.fileSize ?? 0)))
+            let relative = String(decoding: path.utf8.dropFirst(root.utf8.count + 1), as: UTF8.self)
+            // The server's rule: a file reached through a hidden segment (a link into `.resumable-state`) is not
+            // served, so it is not listed either.
+            guard !StaticFileResolver.isHidden(relativePath: relative) else { continue }
+            files.append((relative, Int64(values.fileSize ?? 0)))
         }
         return files.sorted { $0.0 < $1.0 }
     }
