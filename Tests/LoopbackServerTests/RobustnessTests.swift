@@ -37,6 +37,31 @@ struct RobustnessTests {
         #expect(try RawHTTPClient.exchange(port: server.port, raw: raw).status == 431)
     }
 
+    /// A head that never ends must not be read for ever: past 64 KiB the server answers 431 and closes, without
+    /// waiting for the empty line; a head just under the limit is still served.
+    @Test("A request head that grows past 64 KiB without ending gets 431 and the connection is closed")
+    func endlessHead() throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.register(.bytes([1, 2, 3]), at: "/ok")
+        // 70 KiB of header lines and no empty line: only the limit can end the read.
+        let endless =
+            "GET /ok HTTP/1.1\r\n"
+            + String(repeating: "X-Filler: \(String(repeating: "a", count: 1013))\r\n", count: 70)
+        #expect(endless.utf8.count > 70 * 1024)
+        // `exchange` returns only once the server closed the connection (its reads give up after 15 s, and throw).
+        let refused = try RawHTTPClient.exchange(port: server.port, bytes: Array(endless.utf8))
+        #expect(refused.status == 431)
+        #expect(refused.statusLine == "HTTP/1.1 431 Request Header Fields Too Large")
+        #expect(refused.header("Connection") == "close")
+        #expect(server.requests.isEmpty, "an oversized head is not a request")
+
+        let large = RawHTTPClient.requestText(
+            path: "/ok", headers: (0..<60).map { ("X-Filler-\($0)", String(repeating: "b", count: 1000)) })
+        #expect(large.utf8.count < 64 * 1024)
+        #expect(try RawHTTPClient.exchange(port: server.port, raw: large).body == [1, 2, 3])
+    }
+
     @Test("Bare LF line endings and non-ASCII header bytes are tolerated")
     func lenientParsing() throws {
         let server = try LoopbackServer()
