@@ -23,6 +23,15 @@ extension LoopbackServer {
         /// ``Resource/concurrencyLimit`` (static files and unknown paths included; each path is counted on its
         /// own); `nil` (the default) sets no limit. See ``ConcurrencyLimit``.
         public var concurrencyLimit: ConcurrencyLimit?
+        /// Whether the server keeps what it was asked: every request (``LoopbackServer/requests``) and each path's
+        /// concurrency counters (``LoopbackServer/peakConcurrentRequests(for:)``, overload answers). `true` (the
+        /// default) for tests, which read them.
+        ///
+        /// `false` for a server that runs for as long as someone likes (`resumable serve`): then nothing is kept per
+        /// request, so memory stays bounded by the connections open at once — ``LoopbackServer/requests`` stays
+        /// empty, and a path's counters live only while a request for it is in flight (concurrency limits still
+        /// apply). Package access: it is the CLI's setting, not part of the test API.
+        package var recordsRequests = true
 
         /// Creates a configuration.
         ///

@@ -1,5 +1,6 @@
 extension LoopbackServer {
-    /// Every request seen (with a parseable head), in order of arrival.
+    /// Every request seen (with a parseable head), in order of arrival; none when the server records none
+    /// (`Configuration.recordsRequests`, set by `resumable serve`).
     public var requests: [RecordedRequest] {
         core.state.withLock { $0.requests }
     }

@@ -114,16 +114,16 @@ extension ServerCore {
             let key = found?.key ?? recorded.path
             let limit = found?.resource.concurrencyLimit ?? configuration.concurrencyLimit
             var counters = state.concurrency[key] ?? ConcurrencyCounters()
-            defer { state.concurrency[key] = counters }
+            defer { keep(counters, for: key, in: &state) }
             if let limit, counters.inFlight >= max(0, limit.maximum) {
                 counters.overloads += 1
                 recorded.wasOverloaded = true
-                state.requests.append(recorded)
+                record(recorded, in: &state)
                 return .overloaded(limit)
             }
             counters.inFlight += 1
             counters.peak = max(counters.peak, counters.inFlight)
-            state.requests.append(recorded)
+            record(recorded, in: &state)
             let action = Self.takeAction(from: &state, paths: paths, rangeStart: rangeStart)
             return .admitted(key: key, action: action, resource: found?.resource, staticRoot: state.staticRoot)
         }
@@ -133,12 +133,30 @@ extension ServerCore {
             return write(builder.overload(limit), on: descriptor)
         case .admitted(let key, let action, let registered, let staticRoot):
             defer {
-                state.withLock { state in state.concurrency[key, default: ConcurrencyCounters()].inFlight -= 1 }
+                state.withLock { state in
+                    var counters = state.concurrency[key] ?? ConcurrencyCounters()
+                    counters.inFlight -= 1
+                    keep(counters, for: key, in: &state)
+                }
             }
             return answer(
                 head, path: recorded.path, action: action, registered: registered, staticRoot: staticRoot,
                 builder: builder, on: descriptor)
         }
+    }
+
+    /// Adds a request to ``LoopbackServer/requests``, unless the server records none
+    /// (``LoopbackServer/Configuration/recordsRequests``).
+    private func record(_ request: RecordedRequest, in state: inout State) {
+        guard configuration.recordsRequests else { return }
+        state.requests.append(request)
+    }
+
+    /// Stores a path's concurrency counters; a server that records nothing drops them once no request for the path
+    /// is in flight, so that requests to ever new paths leave nothing behind.
+    private func keep(_ counters: ConcurrencyCounters, for key: String, in state: inout State) {
+        let needed = configuration.recordsRequests || counters.inFlight > 0
+        state.concurrency[key] = needed ? counters : nil
     }
 
     /// Takes the one-shot action for a request to `paths` (raw, then percent-decoded): the first one queued for

@@ -62,6 +62,44 @@ struct RobustnessTests {
         #expect(try RawHTTPClient.exchange(port: server.port, raw: large).body == [1, 2, 3])
     }
 
+    /// `resumable serve` runs until stopped: a server that records nothing must keep nothing per request, neither
+    /// the requests nor the counters of the ever new paths a client may ask for.
+    @Test("A server that records no requests keeps none, and no counters, however many it serves")
+    func recordsNothing() throws {
+        var configuration = LoopbackServer.Configuration()
+        configuration.recordsRequests = false
+        let server = try LoopbackServer(configuration: configuration)
+        defer { server.shutdown() }
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("loopback-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try Data([9, 8, 7]).write(to: directory.appendingPathComponent("file.bin"))
+        server.serveFiles(from: directory)
+        server.register(.bytes([1]), at: "/registered")
+        let paths = (0..<40).flatMap { ["/file.bin", "/missing-\($0)", "/registered"] }
+        for path in paths {
+            let response = try RawHTTPClient.request(port: server.port, path: path)
+            #expect(response.status == (path.hasPrefix("/missing") ? 404 : 200), "\(path)")
+        }
+        #expect(server.requests.isEmpty)
+        #expect(server.requests(for: "/file.bin").isEmpty)
+        for path in Set(paths) {
+            #expect(server.peakConcurrentRequests(for: path) == 0, "\(path): counters kept")
+            #expect(server.concurrentRequests(for: path) == 0, "\(path)")
+        }
+
+        // The default records every request, as the tests read them.
+        let recording = try LoopbackServer()
+        defer { recording.shutdown() }
+        recording.serveFiles(from: directory)
+        for path in paths.prefix(6) {
+            _ = try RawHTTPClient.request(port: recording.port, path: path)
+        }
+        #expect(recording.requests.map(\.path) == Array(paths.prefix(6)))
+        #expect(recording.peakConcurrentRequests(for: "/missing-0") == 1)
+    }
+
     @Test("Bare LF line endings and non-ASCII header bytes are tolerated")
     func lenientParsing() throws {
         let server = try LoopbackServer()

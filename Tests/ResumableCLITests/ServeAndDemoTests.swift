@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 
+@testable import ResumableCLI
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -111,6 +113,23 @@ struct ServeAndDemoTests {
         server.send(SIGINT)
         let stopped = try await server.finish()
         #expect(stopped.exitCode == 0, "\(stopped)")
+    }
+
+    /// `serve` runs until stopped; a server that recorded every request (as the tests' servers do) would grow
+    /// without bound.
+    @Test("serve's server keeps no record of the requests it answers")
+    func serveRecordsNothing() throws {
+        let scratch = try ScratchDirectory()
+        _ = try scratch.subdirectory("root")
+        guard
+            case .arguments(let parsed) = try ArgumentParser.parse([scratch.url.path + "/root"], for: ServeCommand.spec)
+        else {
+            Issue.record("no arguments parsed")
+            return
+        }
+        let command = try ServeCommand(arguments: parsed)
+        #expect(!command.serverConfiguration.recordsRequests)
+        #expect(command.serverConfiguration.host == "127.0.0.1")
     }
 
     @Test("demo pauses a download, finishes it in a second process, verifies it and exits with 0")

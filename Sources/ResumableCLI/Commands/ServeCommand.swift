@@ -57,6 +57,15 @@ struct ServeCommand: CLICommand {
         dropAfter = try arguments.byteRate("drop-after").map(Int64.init)
     }
 
+    /// The server's configuration: the options, and no record of the requests, which a server that runs until
+    /// stopped would keep without bound.
+    var serverConfiguration: LoopbackServer.Configuration {
+        var configuration = LoopbackServer.Configuration(
+            host: host, port: port, throttleBytesPerSecond: throttle, dropAfterBytes: dropAfter)
+        configuration.recordsRequests = false
+        return configuration
+    }
+
     /// Whether `host` names this machine's loopback interface only.
     static func isLoopback(_ host: String) -> Bool {
         if host == "localhost" || host == "::1" { return true }
@@ -69,10 +78,7 @@ struct ServeCommand: CLICommand {
         let watcher = SignalWatcher()
         let server: LoopbackServer
         do {
-            server = try LoopbackServer(
-                configuration: .init(
-                    host: host, port: port, throttleBytesPerSecond: throttle, dropAfterBytes: dropAfter)
-            )
+            server = try LoopbackServer(configuration: serverConfiguration)
         } catch {
             Console.err("error: cannot serve on \(host):\(port): \(error)")
             return .failure
