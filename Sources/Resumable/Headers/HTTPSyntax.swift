@@ -60,6 +60,27 @@ enum HTTPSyntax {
         trimmingWhitespace(Array(string.utf8)[...])
     }
 
+    /// The length that the values of every `Content-Length` field of a response declare together, or `nil` when
+    /// they declare none that can be trusted.
+    ///
+    /// A sender may repeat the field, or a proxy or client library may merge the repeats into one list (URLSession
+    /// reports `Content-Length: 100` sent twice as `100, 100`): RFC 9110 §8.6 lets a recipient take a list of
+    /// identical values as that one value, and RFC 9112 §6.3 makes any other such list an unrecoverable framing
+    /// error. So every comma-separated member of every field, without the whitespace around it, must be the same
+    /// valid decimal (``parseDigits(_:)``); an empty member, a malformed one, or two numbers that differ (`100`
+    /// and `101`, also in separate fields) give `nil`, as does an empty `fields`.
+    static func contentLength(_ fields: [String]) -> Int64? {
+        var agreed: Int64?
+        for field in fields {
+            for member in Array(field.utf8).split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false) {
+                guard let value = parseDigits(trimmingWhitespace(member)) else { return nil }
+                guard agreed == nil || agreed == value else { return nil }
+                agreed = value
+            }
+        }
+        return agreed
+    }
+
     /// Parses `1*DIGIT` as a non-negative `Int64`.
     ///
     /// Returns nil for an empty sequence, any byte that is not an ASCII digit (so no sign, no spaces, no

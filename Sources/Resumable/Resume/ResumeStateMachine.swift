@@ -268,8 +268,8 @@ struct ResumeStateMachine: Sendable {
                     : .unjoinablePartial("it runs to byte \(last), past the known length \(expected)"),
                 current)
         }
-        if let declared = head.value("Content-Length") {
-            guard let length = Self.decimal(declared), length == last - first + 1 else {
+        if let (declared, length) = Self.contentLength(head) {
+            guard let length, length == last - first + 1 else {
                 return restartOrFail(.unjoinablePartial("Content-Length \(declared) disagrees with \(header)"), current)
             }
         }
@@ -316,9 +316,10 @@ struct ResumeStateMachine: Sendable {
             return .skipBody(.fail(error))
         }
         var length: Int64?
-        if let declared = head.value("Content-Length") {
-            guard let parsed = Self.decimal(declared) else {
-                let error = ResumableError(.protocolViolation, "malformed Content-Length \(declared.debugDescription)")
+        if let (declared, parsed) = Self.contentLength(head) {
+            guard let parsed else {
+                let error = ResumableError(
+                    .protocolViolation, "malformed or conflicting Content-Length \(declared.debugDescription)")
                 return .skipBody(.fail(error))
             }
             length = parsed
@@ -654,8 +655,8 @@ struct ResumeStateMachine: Sendable {
         guard complete != nil, first == requested.lowerBound, last < requested.upperBound else {
             return unusable("Content-Range \(header) is not bytes \(requested.lowerBound)-\(requested.upperBound - 1)")
         }
-        if let declared = head.value("Content-Length") {
-            guard let length = Self.decimal(declared), length == last - first + 1 else {
+        if let (declared, length) = Self.contentLength(head) {
+            guard let length, length == last - first + 1 else {
                 return unusable("Content-Length \(declared) disagrees with \(header)")
             }
         }
@@ -745,9 +746,14 @@ struct ResumeStateMachine: Sendable {
         ReasonPhrase.for(status)
     }
 
-    /// A decimal header value such as `Content-Length`: digits only (no sign), no overflow.
-    static func decimal(_ value: String) -> Int64? {
-        HTTPSyntax.parseDigits(HTTPSyntax.trimmedBytes(value))
+    /// The response's `Content-Length`: `nil` without one; else every field's value as received (joined with `, `,
+    /// for messages) and the length they declare, `nil` when they declare none (malformed, or values that differ:
+    /// ``HTTPSyntax/contentLength(_:)``). Both transports go through it: libcurl reports each repeated field,
+    /// URLSession one merged list.
+    static func contentLength(_ head: ResponseHead) -> (declared: String, length: Int64?)? {
+        let fields = head.values("Content-Length")
+        guard !fields.isEmpty else { return nil }
+        return (fields.joined(separator: ", "), HTTPSyntax.contentLength(fields))
     }
 }
 
