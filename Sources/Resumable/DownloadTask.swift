@@ -90,7 +90,10 @@ public final class DownloadTask: Sendable {
     /// - Parameters:
     ///   - token: The token from ``cancelProducingResumeData()`` or from a failure's ``ResumableError/resumeToken``.
     ///   - destination: Where the finished file goes; `nil` keeps the token's destination, which requires the
-    ///     token's temporary file to be present and this user's.
+    ///     token's temporary file to be present and this user's. When the temporary file lies neither in this
+    ///     destination's directory nor in the configured temporary directory, its bytes are first copied there
+    ///     (this call blocks for the copy), the checkpoint handler receives a token naming the copy, and the old
+    ///     file is removed: every later token pairs the new destination with a file beside it.
     ///   - replacingURL: A new URL for the same content (signed URLs expire); the validators still guard it.
     ///   - configuration: Headers are merged with the token's (the configuration's win).
     /// - Throws: ``ResumableError/Code/tokenInUse`` at once when another task or process holds the temporary
@@ -126,7 +129,7 @@ public final class DownloadTask: Sendable {
         }
         let opened = try Reconciliation.open(
             token, destination: destination, temporaryDirectory: configuration.temporaryDirectory)
-        let state = ResumeState(
+        var state = ResumeState(
             token: token,
             destination: opened.destination,
             tempPath: opened.file.path,
@@ -136,11 +139,18 @@ public final class DownloadTask: Sendable {
             sensitiveHeaderNames: configuration.sensitiveHeaderNames,
             expectedSHA256: expectedSHA256
         )
+        var file = opened.file
+        if !opened.startedOver,
+            let directory = Reconciliation.relocationDirectory(
+                of: file.path, destination: destination, temporaryDirectory: configuration.temporaryDirectory)
+        {
+            file = try relocate(file, into: directory, state: &state, checkpointing: configuration.checkpointing)
+        }
         var existingFile = configuration.existingFile
         if opened.destinationFromToken && existingFile == .overwrite { existingFile = .chooseFreeName }
         let engine = DownloadEngine(
             machine: ResumeStateMachine(state: state, maximumRedirects: configuration.maximumRedirects),
-            file: opened.file,
+            file: file,
             configuration: configuration,
             existingFile: existingFile
         )
@@ -148,6 +158,37 @@ public final class DownloadTask: Sendable {
             engine.events.send(.reconciled(tokenOffset: token.offset, bytesOnDisk: state.offset))
         }
         return DownloadTask(engine: engine)
+    }
+
+    /// Moves a resume's bytes beside its new destination, in the order that keeps a token on disk true at every
+    /// instant (as a restart's switch to a new file does): the copy is made and flushed, a token naming it is
+    /// recorded, and only then is the old file removed. A crash in between leaves the old token with its file, or
+    /// the new token with its copy, and at most a stray copy of the other. On failure nothing changed: the copy
+    /// is removed and `file` released.
+    private static func relocate(
+        _ file: PartialFile, into directory: String, state: inout ResumeState,
+        checkpointing: Checkpointing?
+    ) throws(ResumableError) -> PartialFile {
+        let copy: PartialFile
+        do throws(ResumableError) {
+            copy = try file.copy(into: directory)
+            var moved = state
+            moved.tempPath = copy.path
+            do throws(ResumableError) {
+                try CheckpointWriter(checkpointing: checkpointing, path: copy.path).record(moved.token())
+            } catch {
+                copy.remove()
+                copy.release()
+                throw error
+            }
+            state = moved
+        } catch {
+            file.release()
+            throw error
+        }
+        file.remove()
+        file.release()
+        return copy
     }
 
     private static func validatedDigest(_ text: String) throws(ResumableError) -> String {

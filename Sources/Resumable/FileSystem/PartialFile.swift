@@ -196,6 +196,38 @@ final class PartialFile: Sendable {
         }
     }
 
+    /// A copy of this file's bytes in a new temporary file in `directory`, flushed with the directory's entry, for a
+    /// resume into another directory (see ``DownloadTask/resume(from:destination:replacingURL:configuration:)``).
+    /// This file is left as it is; on failure the copy is removed.
+    func copy(into directory: String) throws(ResumableError) -> PartialFile {
+        let copy = try PartialFile.create(in: directory)
+        do throws(ResumableError) {
+            let length = try size()
+            let chunk = 1 << 20
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 64)
+            defer { buffer.deallocate() }
+            var offset: Int64 = 0
+            while offset < length {
+                let count = try read(
+                    into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(chunk), length - offset))]),
+                    at: offset)
+                guard count > 0 else {
+                    throw ResumableError(
+                        .fileSystem, "copying '\(path)' failed: it ended at \(offset) of \(length) bytes")
+                }
+                try copy.write(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), at: offset)
+                offset += Int64(count)
+            }
+            try copy.synchronize()
+            DurableSteps.flushDirectory(directory)
+        } catch {
+            copy.remove()
+            copy.release()
+            throw error
+        }
+        return copy
+    }
+
     /// Removes the file from its directory (the descriptor stays valid until released).
     func remove() {
         if unlink(path) == 0 { DurableSteps.record(.unlink, path) }

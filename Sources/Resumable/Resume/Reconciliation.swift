@@ -159,6 +159,23 @@ package enum Reconciliation {
         }
     }
 
+    /// Where the temporary file at `tempPath` must be copied before a resume into `destination`, or `nil` when it may
+    /// stay: only a caller's destination moves it, and only when the file lies neither in that destination's
+    /// directory nor in the configured temporary directory.
+    ///
+    /// A token pairs one destination with one temporary file, and its reader accepts the file only beside the
+    /// destination or in the temporary directory (``checkPlacement(_:destination:temporaryDirectory:)``). Left where
+    /// it was, the file would be named by tokens that say the new destination, which no later resume accepts.
+    static func relocationDirectory(
+        of tempPath: String, destination: DownloadTask.Destination?, temporaryDirectory: URL?
+    ) -> String? {
+        guard let destination else { return nil }
+        let directory = (tempPath as NSString).deletingLastPathComponent
+        let allowed = [destination.directoryPath] + (temporaryDirectory.map { [$0.standardizedFileURL.path] } ?? [])
+        if allowed.contains(where: { sameDirectory(path: $0, directory) }) { return nil }
+        return allowed.last
+    }
+
     /// The destination a token names; `nil` in the token means the temporary file's directory.
     static func tokenDestination(_ token: ResumeToken) -> DownloadTask.Destination {
         DownloadTask.Destination(tokenValue: token.destination, tempPath: token.tempPath)
@@ -205,13 +222,17 @@ package enum Reconciliation {
     /// several names through symbolic links), or, when either cannot be examined, the same path byte for byte after
     /// standardizing.
     private static func sameDirectory(_ one: DownloadTask.Destination, _ other: DownloadTask.Destination) -> Bool {
+        sameDirectory(path: one.directoryPath, other.directoryPath)
+    }
+
+    /// ``sameDirectory(_:_:)`` for two directory paths.
+    private static func sameDirectory(path one: String, _ other: String) -> Bool {
         var (first, second) = (stat(), stat())
-        if stat(one.directoryPath, &first) == 0, stat(other.directoryPath, &second) == 0 {
+        if stat(one, &first) == 0, stat(other, &second) == 0 {
             return first.st_dev == second.st_dev && first.st_ino == second.st_ino
         }
         let (firstPath, secondPath) = (
-            URL(fileURLWithPath: one.directoryPath).standardizedFileURL.path,
-            URL(fileURLWithPath: other.directoryPath).standardizedFileURL.path
+            URL(fileURLWithPath: one).standardizedFileURL.path, URL(fileURLWithPath: other).standardizedFileURL.path
         )
         return firstPath.utf8.elementsEqual(secondPath.utf8)
     }
