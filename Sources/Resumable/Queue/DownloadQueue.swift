@@ -145,6 +145,9 @@ public actor DownloadQueue {
         var progress: DownloadProgress?
         /// Whether the running task's events are forwarded to the queue's subscribers.
         var forwarding = false
+        /// Whether it failed for good and stays only because of ``Configuration/keepsFailuresForGood``: nothing of it
+        /// is on disk to resume.
+        var failedForGood = false
         /// The token and the failure on the heap, where they cost a pointer when absent: inline they are 528
         /// bytes of every slot of `entries` (224 and 304), ≈ 8 MiB for a queue of 10,000 (a dictionary keeps a
         /// quarter of its slots empty), and most entries have neither.
@@ -468,6 +471,7 @@ public actor DownloadQueue {
                 expectedSHA256: record.expectedSHA256, token: record.token)
             if record.state == .failed {
                 entry.failure = ResumableError(.network, record.failure ?? "failed before the restart")
+                entry.failedForGood = record.token == nil
             }
             entry.progress = record.token.map {
                 DownloadProgress(
@@ -522,6 +526,7 @@ public actor DownloadQueue {
     public func resume(_ id: TaskID) {
         guard schedule.phase(of: id) == .paused else { return }
         entries[id]?.failure = nil
+        entries[id]?.failedForGood = false
         try? persist(id, state: .queued, running: false)
         perform(schedule.resume(id))
     }
@@ -579,6 +584,12 @@ public actor DownloadQueue {
     }
 
     // MARK: - Looking
+
+    /// The downloads that failed for good and stay only because of ``Configuration/keepsFailuresForGood`` (nothing of
+    /// them to resume; resumed, they start from byte 0).
+    package var failuresForGood: [TaskID] {
+        schedule.order.filter { id in entries[id]?.failedForGood == true && schedule.phase(of: id) == .paused }
+    }
 
     /// The downloads in the queue, in the order they start.
     public var items: [Item] {
@@ -781,11 +792,18 @@ public actor DownloadQueue {
                 send(.paused(id))
                 perform(schedule.ended(id, paused: true))
             } else if configuration.keepsFailuresForGood {
-                // Nothing to resume, but it stays, failed, until resumed (from byte 0) or cancelled: its record was
-                // rewritten without a token before its temporary file went (`abandoned`), and now says why.
-                entry.token = nil
+                // It stays, failed, until resumed or cancelled. Its record was rewritten without a token before its
+                // temporary file went (`abandoned`), and now says why. A record that still holds a token (the last
+                // flush failed, so the task handed none out) describes bytes on disk: it is resumed from them.
+                let stored = store?.record(id)?.token
+                entry.token = stored
                 entry.failure = error
-                entry.progress = nil
+                entry.failedForGood = stored == nil
+                entry.progress = stored.map {
+                    DownloadProgress(
+                        bytesOnDisk: $0.bytesCovered, expectedLength: $0.expectedLength, resumedAtOffset: $0.offset,
+                        bytesTransferred: 0, bytesPerSecond: 0)
+                }
                 entries[id] = entry
                 try? persist(id, state: .failed, running: false)
                 summary.failed += 1

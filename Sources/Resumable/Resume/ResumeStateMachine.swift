@@ -558,8 +558,8 @@ struct ResumeStateMachine: Sendable {
         /// The server is overloaded (408, 429, 5xx): fewer connections, and back off when none is left.
         case overloaded(ResumableError)
         /// The server turned this connection away with a status that says nothing about the file (a redirect, 401,
-        /// 403, 404, …) while the connections already reading it go on: one connection fewer; the download fails with
-        /// this answer only when no connection is left working.
+        /// 403, 404, …) while the connections already reading it go on: one connection fewer; with none left working,
+        /// back off and continue from the disk, as after an overloaded answer.
         case refused(ResumableError)
         /// A permanent failure of the whole download.
         case fail(ResumableError)

@@ -24,8 +24,7 @@ import Foundation
 ///   the number of connections and does not count as a failure in a row (many `503`s beyond a limit are one
 ///   answer); when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)`` and the
 ///   engine backs off. A segment turned away with a status that says nothing about the file (`403`, `404`, a
-///   redirect: ``ResumeStateMachine/SegmentVerdict/refused(_:)``) lowers the count the same way, and ends the
-///   download with that answer only when no connection is left working.
+///   redirect: ``ResumeStateMachine/SegmentVerdict/refused(_:)``) lowers the count the same way.
 /// - **Automatic count.** ``DownloadTask/Connections/automatic`` starts with one connection, goes to
 ///   ``firstRampStep``, and doubles the count while the total rate grows by at least ``rampGain``, going back when a
 ///   step did not pay that; a settled count tries again after ``rampRetryInterval``, twice as long after each try
@@ -271,10 +270,11 @@ struct SegmentSchedule: Sendable {
             case .fail(let error):
                 return Step(actions: stopAll(), end: .fail(error), failure: failure)
             case .refused(let error):
-                // The connections still reading the file go on, one fewer; with none left, the answer is the
-                // download's (its bytes stay resumable).
-                if failed(error, lowering: true) != nil {
-                    return Step(actions: stopAll(), end: .fail(error), failure: failure)
+                // The connections still reading the file go on, one fewer. With none left, back off and continue from
+                // the disk as after a 503: the next request is judged as any download's, so a 403 or a 404 that is
+                // the file's own fails it there, and a limit that only counted this connection serves it.
+                if let end = failed(error, lowering: true) {
+                    return Step(actions: stopAll(), end: end, failure: failure)
                 }
             case .overloaded(let error):
                 if let end = failed(error, lowering: true) {

@@ -190,21 +190,22 @@ struct BatchRunner {
         withExtendedLifetime(watcher) {}
         let summary = await queue.waitUntilIdle()
         let items = await queue.items
-        // Failed for good (no token: nothing to resume): reported below as failed, not as left to resume.
-        let failedForGood = Set(
-            items.compactMap { item -> DownloadQueue.TaskID? in
-                guard case .failed(let error) = item.state, error.resumeToken == nil else { return nil }
-                return item.id
-            })
-        let left = items.filter { !failedForGood.contains($0.id) }
+        // Failed for good (nothing on disk to resume). When everything else is done, the batch is over: they are
+        // reported as failed and then leave the store (a crash before that leaves them, failed, for the next run).
+        // Otherwise (a signal, downloads left to resume) they stay, and the run that continues the batch asks for them
+        // again: it must not call the batch complete without them.
+        let failedForGood = Set(await queue.failuresForGood)
+        let others = items.filter { !failedForGood.contains($0.id) }
+        let batchIsOver = signal == nil && others.isEmpty
         // Every event sent until now reaches the display (a cancel dropped the last ones still buffered, such as the
         // last download's `task-finished`), then the stream ends.
         await queue.finishEvents()
         await reporter.value
         await display.finish()
-        let exit = report(summary, left: left, signal: signal)
-        // Reported: they leave the store now. A crash before this line leaves them, failed, for the next run.
-        for id in failedForGood { await queue.cancel(id) }
+        let exit = report(summary, left: batchIsOver ? others : items, signal: signal)
+        if batchIsOver {
+            for id in failedForGood { await queue.cancel(id) }
+        }
         return exit
     }
 

@@ -62,7 +62,7 @@ struct SegmentRefusalTests {
         #expect(fixture.temporaryFiles().isEmpty)
     }
 
-    @Test("The schedule: a refused segment lowers the count; the last connection refused ends with its answer")
+    @Test("The schedule: a refused segment lowers the count; the last connection refused backs off")
     func refusalsLowerTheCountThenFail() {
         let basis = ResumeStateMachine.SegmentBasis(present: ByteRangeSet(), probe: 0..<(16 << 20), total: 16 << 20)
         let settings = SegmentSchedule.Settings(
@@ -90,8 +90,9 @@ struct SegmentRefusalTests {
         let accepted = schedule.head(connection: id, verdict: .refused(forbidden))
         #expect(!accepted)
         let last = schedule.ended(connection: id, error: nil)
-        guard case .fail(let error)? = last.end else {
-            Issue.record("expected the download to fail with the 403, got \(String(describing: last.end))")
+        // As after a 503: back off, then the next request is judged as any download's.
+        guard case .retry(let error)? = last.end else {
+            Issue.record("expected the phase to back off with the 403, got \(String(describing: last.end))")
             return
         }
         #expect(error.httpStatus == 403)
