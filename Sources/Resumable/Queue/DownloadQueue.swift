@@ -795,7 +795,7 @@ public actor DownloadQueue {
                 // It stays, failed, until resumed or cancelled. Its record was rewritten without a token before its
                 // temporary file went (`abandoned`), and now says why. A record that still holds a token (the last
                 // flush failed, so the task handed none out) describes bytes on disk: it is resumed from them.
-                let stored = store?.record(id)?.token
+                let stored = store?.keepsAbandonedFile(id) == true ? nil : store?.record(id)?.token
                 entry.token = stored
                 entry.failure = error
                 entry.failedForGood = stored == nil

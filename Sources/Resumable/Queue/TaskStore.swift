@@ -287,6 +287,12 @@ public final class TaskStore: Sendable {
         }
     }
 
+    /// Whether the download's temporary file was kept only because its record could not forget the token naming it
+    /// (``forgetToken(_:naming:)`` failed): the download gave the file up, so the token describes nothing to resume.
+    func keepsAbandonedFile(_ id: DownloadQueue.TaskID) -> Bool {
+        state.withLock { $0.keptTemporaryFiles[id] != nil }
+    }
+
     /// ``checkpoint(_:token:now:)`` for a checkpoint that writes nothing (a token that covers no byte over a
     /// record without one, or a download no longer running): done in memory, and true. False when the checkpoint
     /// would write the record: nothing is changed, the caller hands the token to ``checkpoint(_:token:now:)``.
