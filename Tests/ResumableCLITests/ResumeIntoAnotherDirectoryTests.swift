@@ -15,6 +15,22 @@ struct ResumeIntoAnotherDirectoryTests {
     private static let cut: Int64 = 20_000
     private static let patient = ["--timeout", "3600", "--connections", "1"]
 
+    /// `get -o first/` cut at ``cut`` bytes (exit 75): its token is `first/file.bin.resumable.json`; `other/` exists.
+    static func cutInFirst(transport: String) async throws -> (
+        served: ServedFile, scratch: ScratchDirectory, first: URL, other: URL, token: URL
+    ) {
+        let served = try ServedFile(length: length)
+        let scratch = try ScratchDirectory()
+        let first = try scratch.subdirectory("first")
+        let other = try scratch.subdirectory("other")
+        served.server.enqueue(behavior: Behavior(dropAfterBytes: cut), for: served.path)
+        let get = try await CLIProcess.run(
+            ["get", served.url, "-o", first.path + "/", "--retries", "0", "-q", "--transport", transport] + patient,
+            in: scratch.url)
+        try #require(get.exitCode == 75, "\(get)")
+        return (served, scratch, first, other, first.appendingPathComponent("file.bin.resumable.json"))
+    }
+
     /// Found by an attack (helper 59): the resume went on in the token's temporary file in the first directory while
     /// its tokens named OTHER/ as the destination; interrupted, it left a token that `resume TOKEN` refused (exit 65,
     /// "tempPath is not in the destination's directory"), with or without `-o OTHER/` again.
@@ -22,17 +38,7 @@ struct ResumeIntoAnotherDirectoryTests {
         "An interrupted resume -o OTHER/ leaves a token that resume continues (to OTHER/) to the exact bytes",
         arguments: ["libcurl", "urlsession"], [false, true])
     func interruptedResumeIntoAnotherDirectory(transport: String, outputAgain: Bool) async throws {
-        let served = try ServedFile(length: Self.length)
-        let scratch = try ScratchDirectory()
-        let first = try scratch.subdirectory("first")
-        let other = try scratch.subdirectory("other")
-        served.server.enqueue(behavior: Behavior(dropAfterBytes: Self.cut), for: served.path)
-        let get = try await CLIProcess.run(
-            ["get", served.url, "-o", first.path + "/", "--retries", "0", "-q", "--transport", transport]
-                + Self.patient,
-            in: scratch.url)
-        try #require(get.exitCode == 75, "\(get)")
-        let tokenURL = first.appendingPathComponent("file.bin.resumable.json")
+        let (served, scratch, first, other, tokenURL) = try await Self.cutInFirst(transport: transport)
         let gate = served.holdBody(after: 10_000)
         let second = try CLIProcess(
             ["resume", tokenURL.path, "-o", other.path + "/", "--transport", transport] + Self.patient,
@@ -72,15 +78,7 @@ struct ResumeIntoAnotherDirectoryTests {
     /// exact file without asking again for a byte the token covered.
     @Test("A crash after each step of the move into another directory, then resume -o OTHER/: the exact file")
     func crashDuringTheMove() async throws {
-        let served = try ServedFile(length: Self.length)
-        let scratch = try ScratchDirectory()
-        let first = try scratch.subdirectory("first")
-        let other = try scratch.subdirectory("other")
-        served.server.enqueue(behavior: Behavior(dropAfterBytes: Self.cut), for: served.path)
-        let get = try await CLIProcess.run(
-            ["get", served.url, "-o", first.path + "/", "--retries", "0", "-q"] + Self.patient, in: scratch.url)
-        try #require(get.exitCode == 75, "\(get)")
-        let tokenURL = first.appendingPathComponent("file.bin.resumable.json")
+        let (served, scratch, first, other, tokenURL) = try await Self.cutInFirst(transport: "libcurl")
         let snapshot = try scratch.subdirectory("snapshot")
         try FileManager.default.copyItem(at: first, to: snapshot.appendingPathComponent("first"))
         let resume = ["resume", tokenURL.path, "-o", other.path + "/", "-q"] + Self.patient
