@@ -91,9 +91,10 @@ public final class DownloadTask: Sendable {
     ///   - token: The token from ``cancelProducingResumeData()`` or from a failure's ``ResumableError/resumeToken``.
     ///   - destination: Where the finished file goes; `nil` keeps the token's destination, which requires the
     ///     token's temporary file to be present and this user's. When the temporary file lies neither in this
-    ///     destination's directory nor in the configured temporary directory, its bytes are first copied there
-    ///     (this call blocks for the copy), the checkpoint handler receives a token naming the copy, and the old
-    ///     file is removed: every later token pairs the new destination with a file beside it.
+    ///     destination's directory nor in the configured temporary directory (spelled as given), its bytes are first
+    ///     copied there (this call blocks for the copy) and the checkpoint handler receives a token naming the copy;
+    ///     the old file stays, locked, until the task ends. Every later token pairs the new destination with a file
+    ///     beside it.
     ///   - replacingURL: A new URL for the same content (signed URLs expire); the validators still guard it.
     ///   - configuration: Headers are merged with the token's (the configuration's win).
     /// - Throws: ``ResumableError/Code/tokenInUse`` at once when another task or process holds the temporary
@@ -140,10 +141,12 @@ public final class DownloadTask: Sendable {
             expectedSHA256: expectedSHA256
         )
         var file = opened.file
+        var relocatedFrom: PartialFile?
         if !opened.startedOver,
             let directory = Reconciliation.relocationDirectory(
                 of: file.path, destination: destination, temporaryDirectory: configuration.temporaryDirectory)
         {
+            relocatedFrom = file
             file = try relocate(file, into: directory, state: &state, checkpointing: configuration.checkpointing)
         }
         var existingFile = configuration.existingFile
@@ -152,7 +155,8 @@ public final class DownloadTask: Sendable {
             machine: ResumeStateMachine(state: state, maximumRedirects: configuration.maximumRedirects),
             file: file,
             configuration: configuration,
-            existingFile: existingFile
+            existingFile: existingFile,
+            relocatedFrom: relocatedFrom
         )
         if opened.startedOver || opened.bytesOnDisk < token.offset {
             engine.events.send(.reconciled(tokenOffset: token.offset, bytesOnDisk: state.offset))
@@ -160,11 +164,13 @@ public final class DownloadTask: Sendable {
         return DownloadTask(engine: engine)
     }
 
-    /// Moves a resume's bytes beside its new destination, in the order that keeps a token on disk true at every
-    /// instant (as a restart's switch to a new file does): the copy is made and flushed, a token naming it is
-    /// recorded, and only then is the old file removed. A crash in between leaves the old token with its file, or
-    /// the new token with its copy, and at most a stray copy of the other. On failure nothing changed: the copy
-    /// is removed and `file` released.
+    /// Copies a resume's bytes beside its new destination, in the order that keeps a token on disk true at every
+    /// instant (as a restart's switch to a new file does): the copy is made and flushed, and a token naming it is
+    /// recorded. The old file stays, locked, until the task ends (``DownloadEngine``'s `relocatedFrom`): a token
+    /// that still names it (the caller's, without a checkpoint handler; a copy of the token file) finds it after a
+    /// crash, and is refused as in use while the task runs. A crash leaves the old token with its file, or the new
+    /// token with its copy, and at most a stray copy of the other. On failure nothing changed: the copy is removed
+    /// and `file` released.
     private static func relocate(
         _ file: PartialFile, into directory: String, state: inout ResumeState,
         checkpointing: Checkpointing?
@@ -186,8 +192,6 @@ public final class DownloadTask: Sendable {
             file.release()
             throw error
         }
-        file.remove()
-        file.release()
         return copy
     }
 

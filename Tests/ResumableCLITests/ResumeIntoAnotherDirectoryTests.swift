@@ -44,9 +44,9 @@ struct ResumeIntoAnotherDirectoryTests {
             ["resume", tokenURL.path, "-o", other.path + "/", "--transport", transport] + Self.patient,
             in: scratch.url)
         try #require(await gate.waitUntilHeld())
-        // The bytes moved beside the new destination before the request; the first directory keeps none.
+        // The bytes were copied beside the new destination before the request; the old file stays, locked, until the
+        // task ends.
         let partial = try #require(scratch.partialFiles(in: other).first)
-        #expect(scratch.partialFiles(in: first).isEmpty)
         let written = try await eventually {
             let size =
                 try? FileManager.default.attributesOfItem(
@@ -60,6 +60,7 @@ struct ResumeIntoAnotherDirectoryTests {
         let token = try ResumeToken(contentsOf: tokenURL)
         #expect(token.offset == Self.cut + 10_000)
         #expect(token.tempPath == other.appendingPathComponent(partial).path)
+        #expect(scratch.partialFiles(in: first).isEmpty, "the old file outlived the task")
         served.setBehavior(.normal)
         let third = try await CLIProcess.run(
             ["resume", tokenURL.path, "-q", "--transport", transport] + (outputAgain ? ["-o", other.path + "/"] : []),
@@ -89,18 +90,21 @@ struct ResumeIntoAnotherDirectoryTests {
             try FileManager.default.createDirectory(at: other, withIntermediateDirectories: true)
         }
 
-        // The steps of a whole run, up to the old file's removal: the move comes before any request.
+        // The steps of a whole run; the move's come before any request, and end with the token naming the copy. The
+        // old file stays until the task ends (removed with the finish, which other crash tests cover).
         let log = scratch.url.appendingPathComponent("steps.log")
         let dry = try await CLIProcess.run(resume, in: scratch.url, environment: ["RESUMABLE_STEP_LOG": log.path])
         try #require(dry.exitCode == 0, "\(dry)")
         let steps = try String(contentsOf: log, encoding: .utf8).split(separator: "\n").map(String.init)
-        let removal = try #require(
-            steps.firstIndex { $0.contains(" unlink ") && $0.contains(first.path) && $0.hasSuffix(".partial") },
-            "\(steps)")
-        let kinds = steps[...removal].map { $0.split(separator: " ")[1] }
-        #expect(kinds.first == "create" && kinds.contains("flush") && kinds.contains("token-write"), "\(steps)")
+        let recorded = try #require(steps.firstIndex { $0.contains(" token-write ") }, "\(steps)")
+        let kinds = steps[...recorded].map { $0.split(separator: " ")[1] }
+        #expect(kinds.first == "create" && kinds.contains("flush"), "\(steps)")
+        #expect(steps[...recorded].allSatisfy { !$0.contains(first.path + "/.resumable-") }, "\(steps)")
+        #expect(
+            steps.contains { $0.contains(" unlink ") && $0.contains(first.path) && $0.hasSuffix(".partial") },
+            "the old file goes when the task ends: \(steps)")
 
-        for step in 1...(removal + 2) {
+        for step in 1...(recorded + 2) {
             try restore()
             served.server.clearRequests()
             let crashed = try await CLIProcess.run(

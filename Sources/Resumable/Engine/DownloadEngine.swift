@@ -62,12 +62,18 @@ final class DownloadEngine: Sendable {
     let writebackQueue = DispatchQueue(label: "Resumable.writeback")
     let state: Mutex<State>
 
+    /// The file a resume copied its bytes from into ``State/file``'s directory (``DownloadTask/resume(from:destination:replacingURL:configuration:)``):
+    /// kept and locked until the task ends, then removed.
+    let relocatedFrom: PartialFile?
+
     init(
         machine: ResumeStateMachine,
         file: PartialFile,
         configuration: DownloadTask.Configuration,
-        existingFile: DownloadTask.ExistingFilePolicy
+        existingFile: DownloadTask.ExistingFilePolicy,
+        relocatedFrom: PartialFile? = nil
     ) {
+        self.relocatedFrom = relocatedFrom
         self.state = Mutex(
             State(
                 machine: machine, file: file,
@@ -168,6 +174,11 @@ final class DownloadEngine: Sendable {
         state.withLock { $0.ended = true }
         checkpoints.end()
         writebackQueue.sync {}
+        // Every token since the resume names the copy: the file it was copied from goes.
+        if let relocatedFrom {
+            relocatedFrom.remove()
+            relocatedFrom.release()
+        }
         if case .success = result { configuration.checkpointing?.finished?(file.path) }
         // Another task or process may take the file over from here on.
         file.release()

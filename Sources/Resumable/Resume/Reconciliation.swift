@@ -170,10 +170,20 @@ package enum Reconciliation {
         of tempPath: String, destination: DownloadTask.Destination?, temporaryDirectory: URL?
     ) -> String? {
         guard let destination else { return nil }
-        let directory = (tempPath as NSString).deletingLastPathComponent
         let allowed = [destination.directoryPath] + (temporaryDirectory.map { [$0.standardizedFileURL.path] } ?? [])
-        if allowed.contains(where: { sameDirectory(path: $0, directory) }) { return nil }
+        // The reader's own rule, spelling and all: a directory reached through a symbolic link is another spelling,
+        // which the reader refuses, so the file is copied there too.
+        if isPlaced(tempPath, in: allowed) { return nil }
         return allowed.last
+    }
+
+    /// Whether `tempPath` lies directly in one of the `allowed` directories, compared byte for byte after
+    /// standardizing (``checkPlacement(_:destination:temporaryDirectory:)``).
+    private static func isPlaced(_ tempPath: String, in allowed: [String]) -> Bool {
+        let actual = URL(fileURLWithPath: (tempPath as NSString).deletingLastPathComponent).standardizedFileURL.path
+        // Byte for byte: paths are bytes, and `String ==` holds canonically equivalent names (`é` as one code point or
+        // as `e` and a combining accent) equal, which are two directories.
+        return allowed.contains { URL(fileURLWithPath: $0).standardizedFileURL.path.utf8.elementsEqual(actual.utf8) }
     }
 
     /// The destination a token names; `nil` in the token means the temporary file's directory.
@@ -242,15 +252,10 @@ package enum Reconciliation {
     private static func checkPlacement(
         _ token: ResumeToken, destination: DownloadTask.Destination?, temporaryDirectory: URL?
     ) throws(ResumableError) {
-        let directory = (token.tempPath as NSString).deletingLastPathComponent
         var allowed = [tokenDestination(token).directoryPath]
         if let destination { allowed.append(destination.directoryPath) }
         if let temporaryDirectory { allowed.append(temporaryDirectory.standardizedFileURL.path) }
-        let normalized = allowed.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
-        let actual = URL(fileURLWithPath: directory).standardizedFileURL.path
-        // Byte for byte: paths are bytes, and `String ==` holds canonically equivalent names (`é` as one code point or
-        // as `e` and a combining accent) equal, which are two directories.
-        guard normalized.contains(where: { $0.utf8.elementsEqual(actual.utf8) }) else {
+        guard isPlaced(token.tempPath, in: allowed) else {
             throw ResumableError.invalidToken(
                 field: "tempPath",
                 "is not in the destination's directory (\(tokenDestination(token).directoryPath)): \(token.tempPath)"
