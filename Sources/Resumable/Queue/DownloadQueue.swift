@@ -585,6 +585,13 @@ public actor DownloadQueue {
 
     // MARK: - Looking
 
+    /// Whether a failure that left nothing to resume is for good: not one that may pass by itself (a transient
+    /// error: the retries ran out on a 503 or a refused connection before the first byte) or once the user acts (a
+    /// full disk, a file in use); those stay to be tried again.
+    private static func isForGood(_ error: ResumableError) -> Bool {
+        !(error.isTransient || [.diskFull, .tokenInUse, .paused].contains(error.code))
+    }
+
     /// The downloads that failed for good and stay only because of ``Configuration/keepsFailuresForGood`` (nothing of
     /// them to resume; resumed, they start from byte 0).
     package var failuresForGood: [TaskID] {
@@ -685,9 +692,12 @@ public actor DownloadQueue {
         do {
             try persist(id, state: .queued, running: true, creating: true)
         } catch {
-            entries[id]?.failure = error
+            // Its token and bytes stay: the failure carries the token, as any resumable failure does.
+            var failure = error
+            if failure.resumeToken == nil { failure.resumeToken = entry.token }
+            entries[id]?.failure = failure
             summary.failed += 1
-            send(.failed(id, error))
+            send(.failed(id, failure))
             perform(schedule.ended(id, paused: true))
             return
         }
@@ -796,9 +806,12 @@ public actor DownloadQueue {
                 // temporary file went (`abandoned`), and now says why. A record that still holds a token (the last
                 // flush failed, so the task handed none out) describes bytes on disk: it is resumed from them.
                 let stored = store?.keepsAbandonedFile(id) == true ? nil : store?.record(id)?.token
+                var failure = error
+                failure.resumeToken = stored
                 entry.token = stored
-                entry.failure = error
-                entry.failedForGood = stored == nil
+                entry.failure = failure
+                // Nothing to resume and nothing that may pass (a 503 until the retries ran out, a full disk): for good.
+                entry.failedForGood = stored == nil && Self.isForGood(error)
                 entry.progress = stored.map {
                     DownloadProgress(
                         bytesOnDisk: $0.bytesCovered, expectedLength: $0.expectedLength, resumedAtOffset: $0.offset,
@@ -807,7 +820,7 @@ public actor DownloadQueue {
                 entries[id] = entry
                 try? persist(id, state: .failed, running: false)
                 summary.failed += 1
-                send(.failed(id, error))
+                send(.failed(id, failure))
                 perform(schedule.ended(id, paused: true))
             } else {
                 entries[id] = nil

@@ -219,7 +219,7 @@ struct BatchRunner {
             exit = ExitCode.forSignal(signal)
         } else if summary.failed == 0 && left.isEmpty {
             exit = .success
-        } else if failed.count == left.count && failed.allSatisfy({ $0.1.isTransient })
+        } else if failed.count == left.count && failed.allSatisfy({ ExitCode.forError($0.1) == .temporaryFailure })
             && summary.failed == failed.count
         {
             // Every failure can be resumed later: try again.
