@@ -24,7 +24,9 @@ import Foundation
 ///   the number of connections and does not count as a failure in a row (many `503`s beyond a limit are one
 ///   answer); when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)`` and the
 ///   engine backs off. A segment turned away with a status that says nothing about the file (`403`, `404`, a
-///   redirect: ``ResumeStateMachine/SegmentVerdict/refused(_:)``) lowers the count the same way.
+///   redirect: ``ResumeStateMachine/SegmentVerdict/refused(_:)``) lowers the count the same way. Once the count came
+///   down, a working connection whose answer carries more than its share (the first answer) reads on into the bytes
+///   right after it that nobody fetches.
 /// - **Automatic count.** ``DownloadTask/Connections/automatic`` starts with one connection, goes to
 ///   ``firstRampStep``, and doubles the count while the total rate grows by at least ``rampGain``, going back when a
 ///   step did not pay that; a settled count tries again after ``rampRetryInterval``, twice as long after each try
@@ -68,6 +70,9 @@ struct SegmentSchedule: Sendable {
         var next: Int64
         /// Where this connection stops: the end asked for, moved earlier when another connection took the rest.
         var end: Int64
+        /// Where the bytes its answer carries end: the first answer's whole range, a `206`'s `Content-Range` end once
+        /// joined (the range asked for until then). ``end`` never moves past it.
+        var covers: Int64
         var accepted: Bool
         /// Where the response's body ends, when its Content-Length says so: its last byte ends the transfer without
         /// stopping it.
@@ -149,7 +154,8 @@ struct SegmentSchedule: Sendable {
         let probeEnd = min(basis.probe.upperBound, firstPresent ?? basis.probe.upperBound)
         // The probe's answer is not trusted to end by itself (``answerIsOver(connection:)``): it is stopped at its end.
         connections[probeConnection] = Connection(
-            requested: basis.probe, next: basis.probe.lowerBound, end: probeEnd, accepted: true, lastActivity: now)
+            requested: basis.probe, next: basis.probe.lowerBound, end: probeEnd, covers: basis.probe.upperBound,
+            accepted: true, lastActivity: now)
         switch settings.connections.kind {
         case .fixed(let count):
             target = max(1, min(count, DownloadTask.Connections.maximum))
@@ -203,6 +209,7 @@ struct SegmentSchedule: Sendable {
             // hold, past the end its Content-Range names.
             connection.answerEnd = framedByLength ? end : nil
             connection.end = min(connection.end, end)
+            connection.covers = min(connection.covers, end)
             connections[id] = connection
             return true
         }
@@ -345,6 +352,7 @@ struct SegmentSchedule: Sendable {
             // them, or each 503 meanwhile would open a replacement.
             target = max(1, min(target, connections.values.count { !$0.stopped }))
             ramp = .backedOff
+            readOnIntoUnclaimedBytes()
             return nil
         }
         failuresInARow += 1
@@ -452,6 +460,27 @@ struct SegmentSchedule: Sendable {
         }
     }
 
+    /// Lets each working connection whose answer goes on past its end read on into the bytes right after it that
+    /// nobody has or fetches, as far as its answer carries them: after the count came down, no newcomer takes those
+    /// bytes soon, and a server that turns extra connections away may turn away the request for them too, while the
+    /// first answer (a `200` carrying the whole file) already brings them.
+    private mutating func readOnIntoUnclaimedBytes() {
+        for id in connections.keys.sorted() {
+            // Not one that reached its end: its transfer is being ended (``wrote(connection:count:now:)`` said so).
+            guard let connection = connections[id], connection.accepted, !connection.stopped,
+                connection.next < connection.end, connection.end < connection.covers
+            else { continue }
+            var others = present
+            for (other, taken) in connections where other != id && taken.next < taken.end {
+                others.insert(taken.next..<taken.end)
+            }
+            guard let gap = others.gaps(in: connection.end..<connection.covers).first,
+                gap.lowerBound == connection.end
+            else { continue }
+            connections[id]?.end = gap.upperBound
+        }
+    }
+
     private mutating func stopAll() -> [Action] {
         connections.keys.sorted().map { id in
             connections[id]?.stopped = true
@@ -481,7 +510,8 @@ struct SegmentSchedule: Sendable {
             let id = nextIdentifier
             nextIdentifier += 1
             connections[id] = Connection(
-                requested: range, next: range.lowerBound, end: range.upperBound, accepted: false,
+                requested: range, next: range.lowerBound, end: range.upperBound, covers: range.upperBound,
+                accepted: false,
                 continuesPiece: continuing && actions.isEmpty, lastActivity: now, writtenAtLastActivity: bytesWritten)
             actions.append(.request(connection: id, range: range))
             wanted -= 1

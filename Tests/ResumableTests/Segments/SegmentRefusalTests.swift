@@ -62,12 +62,9 @@ struct SegmentRefusalTests {
         #expect(fixture.temporaryFiles().isEmpty)
     }
 
-    @Test("The schedule: a refused segment lowers the count; the last connection refused backs off")
-    func refusalsLowerTheCountThenFail() {
-        let basis = ResumeStateMachine.SegmentBasis(present: ByteRangeSet(), probe: 0..<(16 << 20), total: 16 << 20)
-        let settings = SegmentSchedule.Settings(
-            connections: .fixed(4), minimumSegmentLength: 1 << 20, stallTimeout: .seconds(5))
-        var schedule = SegmentSchedule(basis: basis, settings: settings, probeConnection: 0)
+    @Test("The schedule: refused segments lower the count, and the first answer reads on into what they left")
+    func refusalsLetTheFirstAnswerReadOn() {
+        var schedule = Self.schedule(.fixed(4))
         _ = schedule.start()
         let forbidden = ResumableError(.httpStatus, "403", httpStatus: 403)
         for id in 1...3 {
@@ -76,25 +73,54 @@ struct SegmentRefusalTests {
             let step = schedule.ended(connection: id, error: nil)
             #expect(step.end == nil, "refusal \(id) ended the phase")
             #expect(step.failure?.error.httpStatus == 403)
+            #expect(Self.requests(step.actions).isEmpty, "no newcomer after refusal \(id)")
         }
         #expect(schedule.target == 1)
-        // The first answer finishes its quarter; its successor asks for the rest, alone, and is refused too.
-        _ = schedule.wrote(connection: 0, count: 4 << 20)
-        let next = schedule.ended(connection: 0, error: nil)
-        #expect(next.end == nil)
-        guard case .request(let id, let range)? = next.actions.first, next.actions.count == 1 else {
-            Issue.record("expected one request for the rest, got \(next.actions)")
+        // The first answer (the whole file) was capped at its quarter; nobody else fetches the rest now: it reads on.
+        #expect(schedule.placement(connection: 0, count: Int(16 << 20))?.count == Int(16 << 20))
+        let complete = schedule.wrote(connection: 0, count: Int(16 << 20))
+        #expect(complete)
+        guard case .complete? = schedule.ended(connection: 0, error: nil).end else {
+            Issue.record("expected the phase to be complete")
             return
         }
-        #expect(range.lowerBound == 4 << 20)
-        let accepted = schedule.head(connection: id, verdict: .refused(forbidden))
-        #expect(!accepted)
-        let last = schedule.ended(connection: id, error: nil)
-        // As after a 503: back off, then the next request is judged as any download's.
-        guard case .retry(let error)? = last.end else {
-            Issue.record("expected the phase to back off with the 403, got \(String(describing: last.end))")
+    }
+
+    @Test("The schedule: the last connection refused, with no answer left to read on, backs off as after a 503")
+    func lastRefusalBacksOff() {
+        var schedule = Self.schedule(.fixed(2))
+        _ = schedule.start()
+        let forbidden = ResumableError(.httpStatus, "403", httpStatus: 403)
+        // The first answer ends with its half; its successor steals half of what connection 1 has left.
+        let half = schedule.wrote(connection: 0, count: Int(8 << 20))
+        #expect(half)
+        let next = Self.requests(schedule.ended(connection: 0, error: nil).actions)
+        let (successor, range) = try! #require(next.first)
+        #expect(range == (12 << 20)..<(16 << 20))
+        for id in [1, successor] {
+            let accepted = schedule.head(connection: id, verdict: .refused(forbidden))
+            #expect(!accepted)
+        }
+        let first = schedule.ended(connection: 1, error: nil)
+        #expect(first.end == nil)
+        guard case .retry(let error)? = schedule.ended(connection: successor, error: nil).end else {
+            Issue.record("expected the phase to back off with the 403")
             return
         }
         #expect(error.httpStatus == 403)
+    }
+
+    static func schedule(_ connections: DownloadTask.Connections) -> SegmentSchedule {
+        let basis = ResumeStateMachine.SegmentBasis(present: ByteRangeSet(), probe: 0..<(16 << 20), total: 16 << 20)
+        let settings = SegmentSchedule.Settings(
+            connections: connections, minimumSegmentLength: 1 << 20, stallTimeout: .seconds(5))
+        return SegmentSchedule(basis: basis, settings: settings, probeConnection: 0)
+    }
+
+    static func requests(_ actions: [SegmentSchedule.Action]) -> [(Int, Range<Int64>)] {
+        actions.compactMap { action in
+            if case .request(let id, let range) = action { return (id, range) }
+            return nil
+        }
     }
 }
