@@ -152,44 +152,55 @@ extension DownloadEngine {
     /// transfer runs (the transfer loop waits for every connection first). Bytes of a range another connection took
     /// over meanwhile are the same representation's (same strong validator), so writing them twice changes nothing.
     private func receiveSegment(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
-        let (placement, file) = try state.withLock {
-            (state) throws(ResumableError) -> ((position: Int64, count: Int)?, PartialFile) in
-            guard state.stop == nil, !state.ended else {
-                throw ResumableError(.cancelled, "the download was cancelled")
+        // A piece cut at the connection's end is written on when the end moved meanwhile (the schedule let it read
+        // on after another connection was turned away): the answer is contiguous, so the rest belongs at the new
+        // position. The transfer ends only once the schedule says the range is complete.
+        var offset = 0
+        while offset < body.count {
+            let piece = UnsafeRawBufferPointer(rebasing: body[offset...])
+            let (placement, file) = try state.withLock {
+                (state) throws(ResumableError) -> ((position: Int64, count: Int)?, PartialFile) in
+                guard state.stop == nil, !state.ended else {
+                    throw ResumableError(.cancelled, "the download was cancelled")
+                }
+                if let failure = checkpoints.failure { throw failure }
+                return (state.segments?.placement(connection: connection, count: piece.count), state.file)
             }
-            if let failure = checkpoints.failure { throw failure }
-            return (state.segments?.placement(connection: connection, count: body.count), state.file)
+            guard let (position, count) = placement else { throw Self.segmentComplete }
+            try file.write(UnsafeRawBufferPointer(rebasing: piece[0..<count]), at: position)
+            let (emit, checkpoint, complete, answerIsOver) = state.withLock {
+                state -> (Bool, (ResumeToken, PartialFile)?, Bool, Bool) in
+                let complete = state.segments?.wrote(connection: connection, count: count) ?? true
+                let answerIsOver =
+                    complete && count == piece.count && state.segments?.answerIsOver(connection: connection) == true
+                if let hasher = state.hasher, let prefix = state.segments?.present.prefixLength {
+                    hasher.advance(to: prefix)
+                }
+                if let written = state.segments?.bytesWritten, written - state.writebackStart >= Self.writebackChunk {
+                    // Segments write all over the file: start writing back everything dirty so far.
+                    let file = state.file
+                    state.writebackStart = written
+                    writebackQueue.async { file.startWriteback(offset: 0, count: 0) }
+                }
+                let emit = state.progress.add(count)
+                var checkpoint: (ResumeToken, PartialFile)?
+                if checkpoints.claimPeriodic(), let present = state.segments?.present {
+                    state.machine.segmentsProgressed(present)
+                    checkpoint = (state.machine.state.token(), state.file)
+                }
+                return (emit, checkpoint, complete, answerIsOver)
+            }
+            if emit { emitProgress() }
+            if let (token, file) = checkpoint { checkpoints.schedule(token, file: file) }
+            // Every byte received counts against the limits, those past the range too.
+            passRateLimiters(complete ? piece.count : count, connection: connection, complete: complete)
+            offset += count
+            guard complete else { continue }
+            // A response that ends with its segment ends by itself: stopping it would close its connection, which the
+            // next segment (a piece, a stolen range) can reuse.
+            if answerIsOver { return }
+            throw Self.segmentComplete
         }
-        guard let (position, count) = placement else { throw Self.segmentComplete }
-        try file.write(UnsafeRawBufferPointer(rebasing: body[0..<count]), at: position)
-        let (emit, checkpoint, complete, answerIsOver) = state.withLock {
-            state -> (Bool, (ResumeToken, PartialFile)?, Bool, Bool) in
-            let complete = state.segments?.wrote(connection: connection, count: count) ?? true
-            let answerIsOver =
-                complete && count == body.count && state.segments?.answerIsOver(connection: connection) == true
-            if let hasher = state.hasher, let prefix = state.segments?.present.prefixLength {
-                hasher.advance(to: prefix)
-            }
-            if let written = state.segments?.bytesWritten, written - state.writebackStart >= Self.writebackChunk {
-                // Segments write all over the file: start writing back everything dirty so far.
-                let file = state.file
-                state.writebackStart = written
-                writebackQueue.async { file.startWriteback(offset: 0, count: 0) }
-            }
-            let emit = state.progress.add(count)
-            var checkpoint: (ResumeToken, PartialFile)?
-            if checkpoints.claimPeriodic(), let present = state.segments?.present {
-                state.machine.segmentsProgressed(present)
-                checkpoint = (state.machine.state.token(), state.file)
-            }
-            return (emit, checkpoint, complete || count < body.count, answerIsOver)
-        }
-        if emit { emitProgress() }
-        if let (token, file) = checkpoint { checkpoints.schedule(token, file: file) }
-        passRateLimiters(body.count, connection: connection, complete: complete)
-        // A response that ends with its segment ends by itself: stopping it would close its connection, which the
-        // next segment (a piece, a stolen range) can reuse.
-        if complete && !answerIsOver { throw Self.segmentComplete }
     }
 
     /// Lets a piece of `count` body bytes, just written, pass the task's rate limiters

@@ -50,28 +50,6 @@ struct SegmentRefusalFirstAnswerAttackTests {
         }
     }
 
-    /// The same server and the automatic count: it starts with the GET alone, and once that reads fast enough it goes
-    /// to four connections, whose three newcomers are turned away; the GET, which carries the whole file, is stopped
-    /// at its share all the same and the download fails on a 403.
-    @Test("Every range request turned away with 403 and the automatic count: the first answer alone finishes the file")
-    func everyRangeForbiddenAutomatic() async throws {
-        let fixture = try DownloadFixture()
-        fixture.serve(.generated(length: Self.total, seed: 62, behavior: Behavior(status: 403)))
-        // Paced, so that the automatic count measures and grows long before the end of the file.
-        fixture.server.enqueue(behavior: Behavior(throttleBytesPerSecond: 2 << 20), for: Self.path)
-        let events = EventLog()
-        let download = try fixture.download(configuration: Segmented.configuration(.automatic, events: events))
-        defer { download.cancel() }
-        switch await download.result {
-        case .success(let result):
-            #expect(try fixture.file(result.fileURL, holds: Self.total, seed: 62))
-        case .failure(let error):
-            let ranges = fixture.ranges()
-            Issue.record(
-                "the first answer carried the whole file, yet the download failed: \(error); requests: \(ranges)")
-        }
-    }
-
     /// helper-58's server (one connection per client: the three segments turned away, and the request for the rest
     /// too) with no retries: the refusal of the last connection used to end the download with that 403, a failure
     /// for good (exit 1), though the first answer carried the rest. The first answer now reads on past its share once
