@@ -12,20 +12,8 @@ import Testing
 /// `DownloadTask.resume(from:destination:…)` with the temporary file elsewhere), found by helper 60.
 @Suite("Resuming into another directory, attacked: a symlinked -o, two resumes of one token, no checkpoint handler")
 struct ResumeIntoAnotherDirectoryAttackTests {
-    private static let length: Int64 = 200_000
-    private static let cut: Int64 = 20_000
-    private static let patient = ["--timeout", "3600", "--connections", "1"]
-
-    /// A `get -o first/` cut after `cut` bytes: its token file in `first/`.
-    private static func interruptedGet(
-        _ served: ServedFile, _ scratch: ScratchDirectory, into first: URL
-    ) async throws -> URL {
-        served.server.enqueue(behavior: Behavior(dropAfterBytes: cut), for: served.path)
-        let get = try await CLIProcess.run(
-            ["get", served.url, "-o", first.path + "/", "--retries", "0", "-q"] + patient, in: scratch.url)
-        try #require(get.exitCode == 75, "\(get)")
-        return first.appendingPathComponent("file.bin.resumable.json")
-    }
+    private static let cut = ResumeIntoAnotherDirectoryTests.cut
+    private static let patient = ResumeIntoAnotherDirectoryTests.patient
 
     private static func inode(_ path: String) -> ino_t? {
         var status = stat()
@@ -38,12 +26,10 @@ struct ResumeIntoAnotherDirectoryAttackTests {
     /// ALIAS/ spelling, and the tokens name the copy.
     @Test("resume -o ALIAS/ (a symlink to the token's directory), interrupted, then resume TOKEN: continues")
     func resumeThroughSymlinkToSameDirectory() async throws {
-        let served = try ServedFile(length: Self.length)
-        let scratch = try ScratchDirectory()
-        let first = try scratch.subdirectory("first")
+        let (served, scratch, first, _, tokenURL) = try await ResumeIntoAnotherDirectoryTests.cutInFirst(
+            transport: "libcurl")
         let alias = scratch.url.appendingPathComponent("alias")
         try FileManager.default.createSymbolicLink(atPath: alias.path, withDestinationPath: first.path)
-        let tokenURL = try await Self.interruptedGet(served, scratch, into: first)
         let before = scratch.partialFiles(in: first)
         try #require(before.count == 1)
 
@@ -74,18 +60,16 @@ struct ResumeIntoAnotherDirectoryAttackTests {
         }
     }
 
-    /// Two resumes of one token into two directories: the first moves the bytes into A/ and removes the file the
-    /// token names, so the second no longer meets the first's lock (`tokenInUse`): it finds the file gone and starts
-    /// over from byte 0 in B/. Both run at once, the second downloading again every byte the token covered. In one
-    /// process, through the library, with the same token value.
+    /// Two resumes of one token into two directories: the first used to move the bytes into A/ and remove the file the
+    /// token names at once, so the second no longer met the first's lock (`tokenInUse`): it found the file gone and
+    /// started over from byte 0 in B/, both running at once. In one process, through the library, with the same
+    /// token value.
     @Test("Two resumes of the same token into two directories: the second is refused with tokenInUse")
     func sameTokenTwoDirectoriesInOneProcess() async throws {
-        let served = try ServedFile(length: Self.length)
-        let scratch = try ScratchDirectory()
-        let first = try scratch.subdirectory("first")
+        let (served, scratch, _, _, tokenURL) = try await ResumeIntoAnotherDirectoryTests.cutInFirst(
+            transport: "libcurl")
         let a = try scratch.subdirectory("a")
         let b = try scratch.subdirectory("b")
-        let tokenURL = try await Self.interruptedGet(served, scratch, into: first)
         let token = try ResumeToken(contentsOf: tokenURL)
         let gate = served.holdBody(after: 10_000)
         var configuration = DownloadTask.Configuration(connections: .fixed(1))
@@ -111,12 +95,10 @@ struct ResumeIntoAnotherDirectoryAttackTests {
     /// beside the first, instead of exiting 75.
     @Test("resume T -o A/ running, resume (copy of T) -o B/: exit 75, no second download")
     func sameTokenTwoDirectoriesTwoProcesses() async throws {
-        let served = try ServedFile(length: Self.length)
-        let scratch = try ScratchDirectory()
-        let first = try scratch.subdirectory("first")
+        let (served, scratch, _, _, tokenURL) = try await ResumeIntoAnotherDirectoryTests.cutInFirst(
+            transport: "libcurl")
         let a = try scratch.subdirectory("a")
         let b = try scratch.subdirectory("b")
-        let tokenURL = try await Self.interruptedGet(served, scratch, into: first)
         let copy = scratch.file("copy.json")
         try FileManager.default.copyItem(at: tokenURL, to: copy)
         let gate = served.holdBody(after: 10_000)
@@ -141,11 +123,8 @@ struct ResumeIntoAnotherDirectoryAttackTests {
     /// copy named by nothing. The old file now stays (locked) until the task ends.
     @Test("Without a checkpoint handler, the file the caller's token names stays while the resumed task runs")
     func noCheckpointHandlerLosesTheBytes() async throws {
-        let served = try ServedFile(length: Self.length)
-        let scratch = try ScratchDirectory()
-        let first = try scratch.subdirectory("first")
-        let other = try scratch.subdirectory("other")
-        let tokenURL = try await Self.interruptedGet(served, scratch, into: first)
+        let (served, scratch, _, other, tokenURL) = try await ResumeIntoAnotherDirectoryTests.cutInFirst(
+            transport: "libcurl")
         let token = try ResumeToken(contentsOf: tokenURL)
         // The task's own request is held, as by a process that dies before it gets any further.
         let gate = BodyGate(holdingAfter: 0)

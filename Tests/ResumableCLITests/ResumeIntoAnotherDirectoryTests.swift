@@ -11,9 +11,9 @@ import Testing
 /// first, so that every later token pairs that destination with a file its reader accepts.
 @Suite("Resuming into another directory")
 struct ResumeIntoAnotherDirectoryTests {
-    private static let length: Int64 = 200_000
-    private static let cut: Int64 = 20_000
-    private static let patient = ["--timeout", "3600", "--connections", "1"]
+    static let length: Int64 = 200_000
+    static let cut: Int64 = 20_000
+    static let patient = ["--timeout", "3600", "--connections", "1"]
 
     /// `get -o first/` cut at ``cut`` bytes (exit 75): its token is `first/file.bin.resumable.json`; `other/` exists.
     static func cutInFirst(transport: String) async throws -> (

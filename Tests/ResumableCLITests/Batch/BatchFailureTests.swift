@@ -120,10 +120,16 @@ struct BatchFailureTests {
         gate.open()
 
         // The disk is full: no file may grow past 512 bytes.
-        let full = try await CLIProcess.start(["resume", "--state", "state"], in: scratch.url, fileSizeLimit: 1)
+        let full = try await CLIProcess.start(
+            ["resume", "--state", "state", "--json"], in: scratch.url, fileSizeLimit: 1)
         let failed = try await full.finish()
         #expect(failed.exitCode != 0, "\(failed)")
         #expect(partialSizes() == [100_000], "the 100,000 bytes downloaded were deleted: \(failed)")
+        // And the event says so (helper 61: it said `"resumable": false`, reading the store's error, which carries no
+        // token, while the record kept its token and bytes).
+        let failedEvents = failed.stderrLines.filter { $0.contains("\"task-failed\"") }
+        #expect(failedEvents.count == 1, "\(failed)")
+        #expect(failedEvents.allSatisfy { $0.contains("\"resumable\":true") }, "\(failedEvents)")
 
         let resumed = try await CLIProcess.run(["resume", "--state", "state"], in: scratch.url)
         let file = scratch.url.appendingPathComponent("out/g.bin")
