@@ -586,10 +586,10 @@ public actor DownloadQueue {
     // MARK: - Looking
 
     /// Whether a failure that left nothing to resume is for good: not one that may pass by itself (a transient
-    /// error: the retries ran out on a 503 or a refused connection before the first byte) or once the user acts (a
-    /// full disk, a file in use); those stay to be tried again.
+    /// error: the retries ran out on a 503 or a refused connection before the first byte, a file in use) or once the
+    /// user frees space (a full disk); those stay to be tried again.
     private static func isForGood(_ error: ResumableError) -> Bool {
-        !(error.isTransient || [.diskFull, .tokenInUse, .paused].contains(error.code))
+        !(error.isTransient || error.code == .diskFull)
     }
 
     /// The downloads that failed for good and stay only because of ``Configuration/keepsFailuresForGood`` (nothing of

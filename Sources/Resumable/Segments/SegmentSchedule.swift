@@ -470,11 +470,8 @@ struct SegmentSchedule: Sendable {
             guard let connection = connections[id], connection.accepted, !connection.stopped,
                 connection.next < connection.end, connection.end < connection.covers
             else { continue }
-            var others = present
-            for (other, taken) in connections where other != id && taken.next < taken.end {
-                others.insert(taken.next..<taken.end)
-            }
-            guard let gap = others.gaps(in: connection.end..<connection.covers).first,
+            // Its own range ends where the search starts: only others' bytes and the file's can be in the way.
+            guard let gap = claimed.gaps(in: connection.end..<connection.covers).first,
                 gap.lowerBound == connection.end
             else { continue }
             connections[id]?.end = gap.upperBound
