@@ -91,8 +91,9 @@ public final class DownloadTask: Sendable {
     ///   - token: The token from ``cancelProducingResumeData()`` or from a failure's ``ResumableError/resumeToken``.
     ///   - destination: Where the finished file goes; `nil` keeps the token's destination, which requires the
     ///     token's temporary file to be present and this user's. When the temporary file lies neither in this
-    ///     destination's directory nor in the configured temporary directory (spelled as given), its bytes are first
-    ///     copied there (this call blocks for the copy) and the checkpoint handler receives a token naming the copy;
+    ///     destination's directory nor in the configured temporary directory (spelled as given), the bytes the token
+    ///     lists are first copied there, and only those (this call blocks for the copy, which the kernel makes) and
+    ///     the checkpoint handler receives a token naming the copy;
     ///     the old file stays, locked, until the task ends. Every later token pairs the new destination with a file
     ///     beside it.
     ///   - replacingURL: A new URL for the same content (signed URLs expire); the validators still guard it.
@@ -177,7 +178,7 @@ public final class DownloadTask: Sendable {
     ) throws(ResumableError) -> PartialFile {
         let copy: PartialFile
         do throws(ResumableError) {
-            copy = try file.copy(into: directory)
+            copy = try file.copy(state.bytesPresent, into: directory)
             var moved = state
             moved.tempPath = copy.path
             do throws(ResumableError) {

@@ -57,6 +57,12 @@ int cresumable_start_writeback(int descriptor, int64_t offset, int64_t count);
 /// sparse file (`ftruncate`); never shrinks it. Returns 0 or an errno value (`ENOSPC` when the disk is full).
 int cresumable_preallocate(int descriptor, int64_t length);
 
+/// Copies the bytes `offset..<offset + length` of `from` to the same offsets of `to`: in the kernel
+/// (`copy_file_range`, which may share blocks where the file system can) or, where that cannot be used between these
+/// files, with `pread`/`pwrite`. Returns how many bytes were copied (fewer than `length` when `from` ends first), or
+/// a negated errno value.
+int64_t cresumable_copy_range(int from, int to, int64_t offset, int64_t length);
+
 /// Renames `from` to `to` unless `to` exists, atomically (`renameat2(RENAME_NOREPLACE)` on Linux). Returns 0 or
 /// an errno value: `EEXIST` when `to` exists; `EINVAL`/`ENOSYS` where the file system or kernel cannot.
 int cresumable_rename_noreplace(const char *from, const char *to);

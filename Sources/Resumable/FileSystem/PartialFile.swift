@@ -196,27 +196,31 @@ final class PartialFile: Sendable {
         }
     }
 
-    /// A copy of this file's bytes in a new temporary file in `directory`, flushed with the directory's entry, for a
-    /// resume into another directory (see ``DownloadTask/resume(from:destination:replacingURL:configuration:)``).
-    /// This file is left as it is; on failure the copy is removed.
-    func copy(into directory: String) throws(ResumableError) -> PartialFile {
+    /// A copy of this file's bytes in `ranges` in a new temporary file in `directory`, at the same offsets, flushed
+    /// with the directory's entry, for a resume into another directory (see
+    /// ``DownloadTask/resume(from:destination:replacingURL:configuration:)``). This file is left as it is; on failure
+    /// the copy is removed.
+    ///
+    /// Only the bytes a token claims are copied: a preallocated file of a multi-connection download is mostly blocks
+    /// that hold nothing yet, and copying them would cost the whole file's length however little was downloaded.
+    /// The kernel copies (`copy_file_range`), so the bytes do not pass through this process.
+    func copy(_ ranges: ByteRangeSet, into directory: String) throws(ResumableError) -> PartialFile {
         let copy = try PartialFile.create(in: directory)
         do throws(ResumableError) {
-            let length = try size()
-            let chunk = 1 << 20
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 64)
-            defer { buffer.deallocate() }
-            var offset: Int64 = 0
-            while offset < length {
-                let count = try read(
-                    into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(chunk), length - offset))]),
-                    at: offset)
-                guard count > 0 else {
+            guard !released.load(ordering: .acquiring) else {
+                throw ResumableError(.fileSystem, "copying '\(path)' failed: the file was closed")
+            }
+            for range in ranges.ranges {
+                let length = range.upperBound - range.lowerBound
+                let copied = cresumable_copy_range(descriptor, copy.descriptor, range.lowerBound, length)
+                if copied < 0 { throw .fileSystem("copying", path: path, errno: Int32(clamping: -copied)) }
+                guard copied == length else {
                     throw ResumableError(
-                        .fileSystem, "copying '\(path)' failed: it ended at \(offset) of \(length) bytes")
+                        .fileSystem,
+                        "copying '\(path)' failed: it ended at \(range.lowerBound + copied), before \(range.upperBound)"
+                    )
                 }
-                try copy.write(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), at: offset)
-                offset += Int64(count)
+                DurableSteps.record(.write, copy.path)
             }
             try copy.synchronize()
             DurableSteps.flushDirectory(directory)

@@ -157,4 +157,54 @@ struct SegmentedPauseResumeTests {
         #expect(try fixture.file(result.fileURL, holds: Self.total, seed: 46))
         #expect(fixture.server.requests(for: Self.path).first?.range == "bytes=0-\(Self.quarters[1] - 1)")
     }
+
+    /// Resuming into another directory copies the bytes beside the new destination first. A version 2 token's file is
+    /// preallocated to the whole length: only the ranges the token lists are copied, not the length of the file.
+    @Test("Resuming a version 2 token into another directory copies only the bytes the token lists, then finishes")
+    func resumeIntoAnotherDirectoryCopiesOnlyListedBytes() async throws {
+        let fixture = try DownloadFixture()
+        let token = try await pausedToken(fixture, seed: 47)
+        let present = token.presentRanges
+        // Bytes in the old file that no token claims (after the first segment's, before the second's) must not come
+        // along: mark them.
+        let unclaimed = (Self.written[0].upperBound + 1000)..<(Self.written[0].upperBound + 5000)
+        let old = try FileHandle(forWritingTo: URL(fileURLWithPath: token.tempPath))
+        try old.seek(toOffset: UInt64(unclaimed.lowerBound))
+        try old.write(contentsOf: Data(repeating: 0xAB, count: unclaimed.count))
+        try old.close()
+        #expect(FileManager.default.fileSize(atPath: token.tempPath) == Self.total, "the old file is preallocated")
+
+        let other = fixture.directory.url.appendingPathComponent("other")
+        try FileManager.default.createDirectory(at: other, withIntermediateDirectories: true)
+        fixture.server.clearRequests()
+        let gate = BodyGate(holdingAfter: 0)
+        fixture.server.enqueue(behavior: Behavior(gate: gate), for: Self.path)
+        let task = try DownloadTask.resume(
+            from: token, destination: .directory(other), configuration: Segmented.configuration(.single))
+        try #require(await gate.waitUntilHeld(timeout: Waiting.deadline))
+        // Held before the first body byte: the copy holds exactly what the move wrote.
+        let copies = try FileManager.default.contentsOfDirectory(atPath: other.path).filter(TemporaryFileName.isValid)
+        let copy = try #require(copies.first.map { other.appendingPathComponent($0).path }, "\(copies)")
+        #expect(copies.count == 1)
+        #expect(FileManager.default.fileSize(atPath: copy) == present.last?.upperBound, "copied up to the last range")
+        for range in present {
+            #expect(try readBytes(of: copy, in: range) == serverBytes(seed: 47, in: range), "\(range)")
+        }
+        #expect(
+            try readBytes(of: copy, in: unclaimed) == Data(count: unclaimed.count), "bytes no token lists were copied")
+
+        gate.open()
+        let result = try await task.value
+        #expect(try fixture.file(result.fileURL, holds: Self.total, seed: 47))
+        #expect(result.fileURL.deletingLastPathComponent().standardizedFileURL.path == other.standardizedFileURL.path)
+        #expect(!FileManager.default.fileExists(atPath: token.tempPath), "the old file goes when the task ends")
+        #expect(fixture.temporaryFiles().isEmpty)
+    }
+}
+
+extension FileManager {
+    /// The size of the file at `path`, or `nil`.
+    fileprivate func fileSize(atPath path: String) -> Int64? {
+        (try? attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+    }
 }
