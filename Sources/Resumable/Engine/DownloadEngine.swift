@@ -249,7 +249,7 @@ final class DownloadEngine: Sendable {
             if let stopped = stoppedError() { return .failure(stopped) }
             // Progress is throttled while bytes arrive; report where this response left the file.
             emitProgress()
-            let (outcome, progressed, bodyEnded) = state.withLock { state in
+            let (outcome, gained, expectedLength, bodyEnded) = state.withLock { state in
                 let outcome: ResumeStateMachine.Outcome
                 // Whether the outcome is that of a body that was read to its end (not of a head: a redirect, a
                 // fall-back to the original URL, an answer dropped unread).
@@ -262,21 +262,27 @@ final class DownloadEngine: Sendable {
                     bodyEnded = false
                     outcome = outcomeOfSegments
                 }
-                return (outcome, state.machine.state.bytesOnDisk > bytesBefore, bodyEnded)
+                let gained = max(state.machine.state.bytesOnDisk - bytesBefore, 0)
+                return (outcome, gained, state.machine.state.expectedLength, bodyEnded)
             }
             switch outcome {
             case .finished:
                 // Finished and concluded on one thread: one hop off the pool, not two.
                 return await Self.offThePool { self.conclude(self.finish()) }
             case .requestAgain:
-                guard limits.askingAgain(progressed: progressed, bodyEnded: bodyEnded) == .askAgain else {
+                guard
+                    limits.askingAgain(gained: gained, expectedLength: expectedLength, bodyEnded: bodyEnded)
+                        == .askAgain
+                else {
                     return .failure(limits.fruitlessError)
                 }
                 continue
             case .fail(let error):
                 return .failure(error)
             case .retry(let error):
-                guard case .retry(let attempt) = limits.retrying(progressed: progressed) else { return .failure(error) }
+                guard case .retry(let attempt) = limits.retrying(gained: gained, expectedLength: expectedLength) else {
+                    return .failure(error)
+                }
                 let delay = configuration.retry.delay(attempt: attempt, serverAsked: error.retryAfter)
                 events.send(.retrying(attempt: attempt, delay: delay, error: error))
                 try? await Task.sleep(for: delay)
