@@ -225,10 +225,11 @@ final class DownloadEngine: Sendable {
         var limits = AttemptLimits(maximumRetries: configuration.retry.maximumRetries)
         while true {
             if let stopped = stoppedError() { return .failure(stopped) }
-            let (before, plan) = state.withLock { state in
+            let (before, plan, asked) = state.withLock { state in
                 state.headOutcome = nil
                 let before = state.machine
-                return (before, state.machine.nextRequest())
+                let plan = state.machine.nextRequest()
+                return (before, plan, state.machine.state.askedLength)
             }
             do throws(ResumableError) {
                 if let reason = plan.newFile {
@@ -249,7 +250,8 @@ final class DownloadEngine: Sendable {
             if let stopped = stoppedError() { return .failure(stopped) }
             // Progress is throttled while bytes arrive; report where this response left the file.
             emitProgress()
-            let (outcome, gained, expectedLength, bodyEnded) = state.withLock { state in
+            let missing = before.state.missingLength
+            let (outcome, gained, bodyEnded) = state.withLock { state in
                 let outcome: ResumeStateMachine.Outcome
                 // Whether the outcome is that of a body that was read to its end (not of a head: a redirect, a
                 // fall-back to the original URL, an answer dropped unread).
@@ -262,8 +264,7 @@ final class DownloadEngine: Sendable {
                     bodyEnded = false
                     outcome = outcomeOfSegments
                 }
-                let gained = max(state.machine.state.bytesOnDisk - bytesBefore, 0)
-                return (outcome, gained, state.machine.state.expectedLength, bodyEnded)
+                return (outcome, max(state.machine.state.bytesOnDisk - bytesBefore, 0), bodyEnded)
             }
             switch outcome {
             case .finished:
@@ -271,7 +272,7 @@ final class DownloadEngine: Sendable {
                 return await Self.offThePool { self.conclude(self.finish()) }
             case .requestAgain:
                 guard
-                    limits.askingAgain(gained: gained, expectedLength: expectedLength, bodyEnded: bodyEnded)
+                    limits.askingAgain(gained: gained, missing: missing, asked: asked, bodyEnded: bodyEnded)
                         == .askAgain
                 else {
                     return .failure(limits.fruitlessError)
@@ -280,7 +281,7 @@ final class DownloadEngine: Sendable {
             case .fail(let error):
                 return .failure(error)
             case .retry(let error):
-                guard case .retry(let attempt) = limits.retrying(gained: gained, expectedLength: expectedLength) else {
+                guard case .retry(let attempt) = limits.retrying(gained: gained, missing: missing) else {
                     return .failure(error)
                 }
                 let delay = configuration.retry.delay(attempt: attempt, serverAsked: error.retryAfter)

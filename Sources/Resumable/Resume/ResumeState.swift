@@ -113,6 +113,16 @@ struct ResumeState: Hashable, Sendable {
     /// How many bytes are in ``tempPath``: the prefix and the completed ranges.
     var bytesOnDisk: Int64 { offset + completedRanges.count }
 
+    /// The bytes not yet in ``tempPath``, when the length is known.
+    var missingLength: Int64? { expectedLength.map { max($0 - bytesOnDisk, 0) } }
+
+    /// How many bytes a request from here asks for: up to the first completed range (a multi-connection download's
+    /// first gap), else to the expected end; `nil` when the length is unknown.
+    var askedLength: Int64? {
+        if let next = completedRanges.ranges.first { return max(next.lowerBound - offset, 0) }
+        return expectedLength.map { max($0 - offset, 0) }
+    }
+
     /// Extends the prefix over completed ranges it reached.
     mutating func absorbCompletedRanges() {
         guard !completedRanges.isEmpty else { return }

@@ -17,8 +17,9 @@ import Foundation
 ///   half of the largest remaining segment, whose connection stops early.
 /// - **Stalls.** A segment that received nothing for the stall timeout while the others keep receiving (and wrote
 ///   a minimum segment's worth since its last byte, or it stayed silent for twice the stall timeout), or when it
-///   is the last one working, is stopped and asked again on a fresh connection; stalls in a row without a byte
-///   between them count as failures, and end the phase to back off. A connection that wrote all of its range is
+///   is the last one working, is stopped and asked again on a fresh connection; stalls and failed segments in a row
+///   without progress between them (``AttemptLimits/progressFloor(missing:)``: 64 KiB, not a byte) count as
+///   failures, and end the phase to back off. A connection that wrote all of its range is
 ///   never stalled, however long its transfer takes to end.
 /// - **Back-off.** An overloaded answer (`503`, `429`), or a connection that fails before its response, lowers
 ///   the number of connections and does not count as a failure in a row (many `503`s beyond a limit are one
@@ -138,6 +139,10 @@ struct SegmentSchedule: Sendable {
     private var ramp: Ramp
     private var retryInterval = SegmentSchedule.rampRetryInterval
     private var failuresInARow = 0
+    /// ``bytesWritten`` when ``failuresInARow`` last went back to 0: only as many bytes as
+    /// ``AttemptLimits/progressFloor(missing:)`` asks since then start the count again, so that a server sending a
+    /// byte per connection and closing it ends the phase instead of feeding it a request per byte.
+    private var writtenAtLastProgress: Int64 = 0
     private var lastError: ResumableError?
 
     /// A phase whose first segment is the accepted response `probe` of `basis`, read by connection `probeConnection`.
@@ -241,7 +246,12 @@ struct SegmentSchedule: Sendable {
         bytesWritten += Int64(count)
         connection.writtenAtLastActivity = bytesWritten
         connections[id] = connection
-        failuresInARow = 0
+        if bytesWritten - writtenAtLastProgress
+            >= AttemptLimits.progressFloor(missing: total - present.count + Int64(count))
+        {
+            failuresInARow = 0
+            writtenAtLastProgress = bytesWritten
+        }
         return connection.next >= connection.end
     }
 

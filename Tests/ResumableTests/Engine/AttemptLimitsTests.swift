@@ -5,22 +5,22 @@ import Testing
 @Suite("AttemptLimits: answers in a row that bring the file no further")
 struct AttemptLimitsTests {
     static let enough = AttemptLimits.minimumProgress
-    static let length: Int64 = 1 << 30
+    static let missing: Int64 = 1 << 30
 
     @Test("Failures in a row are retried up to the maximum; one that brought enough bytes counts as the first again")
     func retries() {
         var limits = AttemptLimits(maximumRetries: 2)
-        #expect(limits.retrying(gained: 0, expectedLength: Self.length) == .retry(attempt: 1))
-        #expect(limits.retrying(gained: 0, expectedLength: Self.length) == .retry(attempt: 2))
-        #expect(limits.retrying(gained: Self.enough, expectedLength: Self.length) == .retry(attempt: 1))
-        #expect(limits.retrying(gained: 0, expectedLength: Self.length) == .retry(attempt: 2))
-        #expect(limits.retrying(gained: 0, expectedLength: Self.length) == .stop)
+        #expect(limits.retrying(gained: 0, missing: Self.missing) == .retry(attempt: 1))
+        #expect(limits.retrying(gained: 0, missing: Self.missing) == .retry(attempt: 2))
+        #expect(limits.retrying(gained: Self.enough, missing: Self.missing) == .retry(attempt: 1))
+        #expect(limits.retrying(gained: 0, missing: Self.missing) == .retry(attempt: 2))
+        #expect(limits.retrying(gained: 0, missing: Self.missing) == .stop)
     }
 
     @Test("No retries allowed: the first failure stops")
     func noRetries() {
         var limits = AttemptLimits(maximumRetries: 0)
-        #expect(limits.retrying(gained: Self.enough, expectedLength: Self.length) == .stop)
+        #expect(limits.retrying(gained: Self.enough, missing: Self.missing) == .stop)
     }
 
     /// Noticed in an earlier review: each byte reset the count, so a server sending one byte per connection kept a
@@ -29,28 +29,30 @@ struct AttemptLimitsTests {
     func tricklesCountAsFailures() {
         var limits = AttemptLimits(maximumRetries: 3)
         for attempt in 1...3 {
-            #expect(limits.retrying(gained: 1, expectedLength: Self.length) == .retry(attempt: attempt))
+            #expect(limits.retrying(gained: 1, missing: Self.missing) == .retry(attempt: attempt))
         }
-        #expect(limits.retrying(gained: Self.enough - 1, expectedLength: Self.length) == .stop)
+        #expect(limits.retrying(gained: Self.enough - 1, missing: Self.missing) == .stop)
         // Without a known length the floor is the same.
         var unknown = AttemptLimits(maximumRetries: 1)
-        #expect(unknown.retrying(gained: Self.enough - 1, expectedLength: nil) == .retry(attempt: 1))
-        #expect(unknown.retrying(gained: Self.enough - 1, expectedLength: nil) == .stop)
+        #expect(unknown.retrying(gained: Self.enough - 1, missing: nil) == .retry(attempt: 1))
+        #expect(unknown.retrying(gained: Self.enough - 1, missing: nil) == .stop)
     }
 
-    @Test("The floor is a sixteenth of a small file, at least a byte, and never more than 64 KiB")
+    @Test("The floor is a sixteenth of what is missing when that is less than 16 × 64 KiB, and at least a byte")
     func floor() {
-        #expect(AttemptLimits.progressFloor(expectedLength: nil) == Self.enough)
-        #expect(AttemptLimits.progressFloor(expectedLength: Self.length) == Self.enough)
-        #expect(AttemptLimits.progressFloor(expectedLength: 16 * Self.enough) == Self.enough)
-        #expect(AttemptLimits.progressFloor(expectedLength: 16_000) == 1000)
-        #expect(AttemptLimits.progressFloor(expectedLength: 10) == 1)
-        #expect(AttemptLimits.progressFloor(expectedLength: 0) == 1)
-        #expect(AttemptLimits.progressFloor(expectedLength: -5) == 1)
-        // A flaky link finishes a small file a sixteenth at a time.
+        #expect(AttemptLimits.progressFloor(missing: nil) == Self.enough)
+        #expect(AttemptLimits.progressFloor(missing: Self.missing) == Self.enough)
+        #expect(AttemptLimits.progressFloor(missing: 16 * Self.enough) == Self.enough)
+        #expect(AttemptLimits.progressFloor(missing: 16_000) == 1000)
+        #expect(AttemptLimits.progressFloor(missing: 10) == 1)
+        #expect(AttemptLimits.progressFloor(missing: 0) == 1)
+        #expect(AttemptLimits.progressFloor(missing: -5) == 1)
+        // A flaky link finishes the last 100 KiB of a large file, 16 KiB at a time, with one retry allowed.
         var limits = AttemptLimits(maximumRetries: 1)
-        for _ in 0..<15 {
-            #expect(limits.retrying(gained: 1000, expectedLength: 16_000) == .retry(attempt: 1))
+        var missing: Int64 = 100 << 10
+        while missing > 16 << 10 {
+            #expect(limits.retrying(gained: 16 << 10, missing: missing) == .retry(attempt: 1), "\(missing)")
+            missing -= 16 << 10
         }
     }
 
@@ -58,36 +60,51 @@ struct AttemptLimitsTests {
     func fruitlessBodies() {
         var limits = AttemptLimits(maximumRetries: 3)
         for _ in 0..<AttemptLimits.maximumFruitlessBodies {
-            #expect(limits.askingAgain(gained: 0, expectedLength: Self.length, bodyEnded: true) == .askAgain)
+            #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
         }
-        #expect(limits.askingAgain(gained: Self.enough, expectedLength: Self.length, bodyEnded: true) == .askAgain)
+        #expect(
+            limits.askingAgain(gained: Self.enough, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
         for _ in 0..<AttemptLimits.maximumFruitlessBodies {
-            #expect(limits.askingAgain(gained: 0, expectedLength: Self.length, bodyEnded: true) == .askAgain)
+            #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
         }
-        #expect(limits.askingAgain(gained: 0, expectedLength: Self.length, bodyEnded: true) == .stop)
+        #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: true) == .stop)
         #expect(limits.fruitlessError.code == .protocolViolation)
     }
 
-    @Test("Short bodies that each bring less than the floor are fruitless: a one-byte 206 again and again ends")
+    @Test("Short bodies below 4 KiB that bring less than asked are fruitless: a one-byte 206 again and again ends")
     func tinyBodiesAreFruitless() {
         var limits = AttemptLimits(maximumRetries: 3)
         for _ in 0..<AttemptLimits.maximumFruitlessBodies {
-            #expect(limits.askingAgain(gained: 1, expectedLength: Self.length, bodyEnded: true) == .askAgain)
+            #expect(limits.askingAgain(gained: 1, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
         }
-        #expect(limits.askingAgain(gained: 1, expectedLength: Self.length, bodyEnded: true) == .stop)
+        #expect(limits.askingAgain(gained: 1, missing: Self.missing, asked: nil, bodyEnded: true) == .stop)
+    }
+
+    @Test("A body that brought all it was asked is progress however short (a version 2 token's small gaps)")
+    func wholeSmallAnswersAreProgress() {
+        var limits = AttemptLimits(maximumRetries: 3)
+        for _ in 0..<(AttemptLimits.maximumFruitlessBodies * 3) {
+            #expect(limits.askingAgain(gained: 1024, missing: Self.missing, asked: 1024, bodyEnded: true) == .askAgain)
+        }
+        // Capped 206s of 4 KiB each are progress too: the server answers correctly, a piece at a time.
+        for _ in 0..<(AttemptLimits.maximumFruitlessBodies * 3) {
+            let capped = AttemptLimits.minimumBodyProgress
+            #expect(limits.askingAgain(gained: capped, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
+        }
     }
 
     @Test("Answers dropped at their head (redirects, fall-backs) never count")
     func headAnswersDoNotCount() {
         var limits = AttemptLimits(maximumRetries: 3)
         for _ in 0..<(AttemptLimits.maximumFruitlessBodies * 3) {
-            #expect(limits.askingAgain(gained: 0, expectedLength: Self.length, bodyEnded: false) == .askAgain)
+            #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: false) == .askAgain)
         }
         // They do not reset the count of fruitless bodies either.
         for _ in 0..<AttemptLimits.maximumFruitlessBodies {
-            #expect(limits.askingAgain(gained: 0, expectedLength: Self.length, bodyEnded: true) == .askAgain)
+            #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
         }
-        #expect(limits.askingAgain(gained: Self.enough, expectedLength: Self.length, bodyEnded: false) == .askAgain)
-        #expect(limits.askingAgain(gained: 0, expectedLength: Self.length, bodyEnded: true) == .stop)
+        #expect(
+            limits.askingAgain(gained: Self.enough, missing: Self.missing, asked: nil, bodyEnded: false) == .askAgain)
+        #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: true) == .stop)
     }
 }

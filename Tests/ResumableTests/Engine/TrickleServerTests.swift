@@ -11,7 +11,7 @@ import Testing
 @Suite("Servers that trickle a byte per answer")
 struct TrickleServerTests {
     static let length = 1 << 20
-    static let patience = Duration.seconds(60)
+    static let patience = Duration.seconds(120)
 
     func configuration(retries: Int) -> DownloadTask.Configuration {
         var configuration = DownloadFixture.configuration(retries: retries)
