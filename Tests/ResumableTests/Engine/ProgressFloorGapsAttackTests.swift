@@ -25,19 +25,7 @@ struct ProgressFloorGapsAttackTests {
             let start = base.offset + 1024 + index * 2048
             return start..<(start + 1024)
         }
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: base.tempPath))
-        for range in ranges {
-            try handle.seek(toOffset: UInt64(range.lowerBound))
-            try handle.write(contentsOf: serverBytes(seed: seed, in: range))
-        }
-        try handle.synchronize()
-        try handle.close()
-        let token = ResumeToken(
-            url: base.url, originalURL: base.originalURL, offset: base.offset, completedRanges: ranges,
-            expectedLength: Self.total, etag: base.etag, lastModified: base.lastModified,
-            responseDate: base.responseDate, acceptRanges: base.acceptRanges, tempPath: base.tempPath,
-            suggestedFilename: base.suggestedFilename, destination: base.destination, headers: base.headers,
-            createdAt: base.createdAt, updatedAt: Date())
+        let token = try base.listing(ranges, length: Self.total, seed: seed)
         return try ResumeToken(jsonData: token.jsonData())
     }
 

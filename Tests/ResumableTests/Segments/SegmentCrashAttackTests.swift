@@ -26,19 +26,7 @@ struct SegmentCrashAttackTests {
         let ranges = (0..<Int64(Self.rangeLimit)).map { index in
             (first + 2 * index + 1)..<(first + 2 * index + 2)
         }
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: base.tempPath))
-        for range in ranges {
-            try handle.seek(toOffset: UInt64(range.lowerBound))
-            try handle.write(contentsOf: serverBytes(seed: seed, in: range))
-        }
-        try handle.synchronize()
-        try handle.close()
-        let token = ResumeToken(
-            url: base.url, originalURL: base.originalURL, offset: base.offset, completedRanges: ranges,
-            expectedLength: Self.total, etag: base.etag, lastModified: base.lastModified,
-            responseDate: base.responseDate, acceptRanges: base.acceptRanges, tempPath: base.tempPath,
-            suggestedFilename: base.suggestedFilename, destination: base.destination, headers: base.headers,
-            createdAt: base.createdAt, updatedAt: Date())
+        let token = try base.listing(ranges, length: Self.total, seed: seed)
         // The reader takes it: it is a token a resume must honour.
         let decoded = try ResumeToken(jsonData: token.jsonData())
         try #require(decoded.completedRanges.count == Self.rangeLimit)

@@ -169,3 +169,22 @@ extension ResumeToken {
         (offset > 0 ? [0..<offset] : []) + completedRanges
     }
 }
+
+extension ResumeToken {
+    /// This token with `ranges` listed as completed (and its total `length`), after writing the server's bytes of
+    /// resource `seed` for them into its temporary file: a version 2 token a resume must honour.
+    func listing(_ ranges: [Range<Int64>], length: Int64, seed: UInt64) throws -> ResumeToken {
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: tempPath))
+        for range in ranges {
+            try handle.seek(toOffset: UInt64(range.lowerBound))
+            try handle.write(contentsOf: serverBytes(seed: seed, in: range))
+        }
+        try handle.synchronize()
+        try handle.close()
+        return ResumeToken(
+            url: url, originalURL: originalURL, offset: offset, completedRanges: ranges, expectedLength: length,
+            etag: etag, lastModified: lastModified, responseDate: responseDate, acceptRanges: acceptRanges,
+            tempPath: tempPath, suggestedFilename: suggestedFilename, destination: destination, headers: headers,
+            createdAt: createdAt, updatedAt: Date())
+    }
+}
