@@ -7,8 +7,8 @@
 /// again and again (or answers every range request with a one-byte `206`), would reset the counts at every answer
 /// and keep the download crawling for as long as the file has bytes, never failing.
 /// - A failed attempt (``retrying(gained:missing:)``) is retried while fewer than
-///   ``DownloadTask/Configuration/Retry/maximumRetries`` failed in a row; one that brought at least the floor starts
-///   the count again at one.
+///   ``DownloadTask/Configuration/Retry/maximumRetries`` failed in a row; once the failures since the count last
+///   started brought the floor together, it starts again at one (and after a body that counted as progress, at 0).
 /// - A body that ended short of what was asked (a `206` that covers less) is asked again
 ///   (``askingAgain(gained:missing:asked:bodyEnded:)``) while the file grows; ``maximumFruitlessBodies`` in a row
 ///   that leave it where it was, or bring it less than ``minimumBodyProgress`` further without bringing all that was
@@ -49,6 +49,9 @@ struct AttemptLimits: Sendable {
     let maximumRetries: Int
     private var failuresInARow = 0
     private var fruitlessBodiesInARow = 0
+    /// What the failures since the count last started again brought, together: a link that cuts every connection
+    /// after 48 KiB brings the floor every second attempt, and finishes; a trickle of bytes never adds up.
+    private var gainedSinceProgress: Int64 = 0
 
     init(maximumRetries: Int) {
         self.maximumRetries = maximumRetries
@@ -57,8 +60,13 @@ struct AttemptLimits: Sendable {
     /// An attempt failed with a transient error after bringing `gained` new bytes, `missing` having been missing
     /// before it (`nil`: the length is unknown).
     mutating func retrying(gained: Int64, missing: Int64?) -> Decision {
-        let progressed = gained >= Self.progressFloor(missing: missing)
-        failuresInARow = progressed ? 1 : failuresInARow + 1
+        gainedSinceProgress = gainedSinceProgress.addingReportingOverflow(max(gained, 0)).partialValue
+        if gainedSinceProgress >= Self.progressFloor(missing: missing) {
+            failuresInARow = 1
+            gainedSinceProgress = 0
+        } else {
+            failuresInARow += 1
+        }
         return failuresInARow <= maximumRetries ? .retry(attempt: failuresInARow) : .stop
     }
 
@@ -68,7 +76,15 @@ struct AttemptLimits: Sendable {
     mutating func askingAgain(gained: Int64, missing: Int64?, asked: Int64?, bodyEnded: Bool) -> Decision {
         if bodyEnded {
             let floor = min(Self.minimumBodyProgress, Self.progressFloor(missing: missing), max(asked ?? .max, 1))
-            fruitlessBodiesInARow = gained >= floor ? 0 : fruitlessBodiesInARow + 1
+            if gained >= floor {
+                // A body that ended where its server framed it, bringing what counts: the failures before it are
+                // behind too (each gap of a version 2 token through a link that cuts connections).
+                fruitlessBodiesInARow = 0
+                failuresInARow = 0
+                gainedSinceProgress = 0
+            } else {
+                fruitlessBodiesInARow += 1
+            }
         }
         return fruitlessBodiesInARow <= Self.maximumFruitlessBodies ? .askAgain : .stop
     }

@@ -314,6 +314,27 @@ struct SegmentSchedule: Sendable {
                     return Step(actions: stopAll(), end: end, failure: failure)
                 }
             }
+        } else if !connection.stopped, connection.covers < connection.requested.upperBound,
+            connection.next - connection.requested.lowerBound
+                < min(
+                    AttemptLimits.minimumBodyProgress,
+                    AttemptLimits.progressFloor(
+                        missing: total - present.count + connection.next
+                            - connection.requested.lowerBound),
+                    connection.requested.upperBound - connection.requested.lowerBound)
+        {
+            // A whole answer that covered less than asked, and brought next to nothing (a one-byte 206): the rest goes
+            // to a new request below, and that counts as a failure in a row, as a short body does on one connection
+            // (``AttemptLimits``); otherwise such a server gets a request per byte.
+            let error = ResumableError(
+                .protocolViolation,
+                "a segment's 206 covered \(connection.covers - connection.requested.lowerBound) "
+                    + "of the \(connection.requested.upperBound - connection.requested.lowerBound) bytes asked")
+            failure = (connection.next..<connection.requested.upperBound, error)
+            failuresInARow += 1
+            if failuresInARow > Self.maximumFailuresInARow {
+                return Step(actions: stopAll(), end: .retry(error), failure: failure)
+            }
         } else if connection.stalled {
             // Asked again on a fresh connection below; a stall counts as a failure until bytes arrive again, so a
             // server that holds every connection ends the phase (and the download backs off) instead of looping.

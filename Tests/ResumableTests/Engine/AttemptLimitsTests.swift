@@ -31,11 +31,36 @@ struct AttemptLimitsTests {
         for attempt in 1...3 {
             #expect(limits.retrying(gained: 1, missing: Self.missing) == .retry(attempt: attempt))
         }
-        #expect(limits.retrying(gained: Self.enough - 1, missing: Self.missing) == .stop)
+        // Together they bring one byte less than the floor.
+        #expect(limits.retrying(gained: Self.enough - 4, missing: Self.missing) == .stop)
         // Without a known length the floor is the same.
         var unknown = AttemptLimits(maximumRetries: 1)
-        #expect(unknown.retrying(gained: Self.enough - 1, missing: nil) == .retry(attempt: 1))
-        #expect(unknown.retrying(gained: Self.enough - 1, missing: nil) == .stop)
+        #expect(unknown.retrying(gained: Self.enough / 2 - 1, missing: nil) == .retry(attempt: 1))
+        #expect(unknown.retrying(gained: Self.enough / 2 - 1, missing: nil) == .stop)
+    }
+
+    /// Found by an attack (helper-65): each failure was judged alone, so a link that cut every connection after
+    /// 48 KiB failed a download it used to finish, although every attempt brought real bytes.
+    @Test("Failures whose bytes add up to the floor start the count again: a link that cuts every 48 KiB finishes")
+    func failuresAddUp() {
+        var limits = AttemptLimits(maximumRetries: 2)
+        var attempts: [AttemptLimits.Decision] = []
+        for _ in 0..<40 { attempts.append(limits.retrying(gained: 48 << 10, missing: Self.missing)) }
+        // The first failure counts 1, the second brings the floor together and starts the count again at 1, …
+        #expect(attempts.prefix(4) == [.retry(attempt: 1), .retry(attempt: 1), .retry(attempt: 2), .retry(attempt: 1)])
+        #expect(attempts.allSatisfy { $0 == .retry(attempt: 1) || $0 == .retry(attempt: 2) }, "\(attempts)")
+    }
+
+    @Test(
+        "A body that counts as progress clears the failures before it (a version 2 token's gaps through a flaky link)")
+    func bodyProgressClearsFailures() {
+        var limits = AttemptLimits(maximumRetries: 1)
+        for _ in 0..<20 {
+            #expect(limits.retrying(gained: 40 << 10, missing: Self.missing) == .retry(attempt: 1))
+            #expect(
+                limits.askingAgain(gained: 20 << 10, missing: Self.missing, asked: 20 << 10, bodyEnded: true)
+                    == .askAgain)
+        }
     }
 
     @Test("The floor is a sixteenth of what is missing when that is less than 16 × 64 KiB, and at least a byte")
