@@ -136,6 +136,30 @@ struct HostileServerHelper48AttackTests {
         }
     }
 
+    /// Found by an attack (helper-66, on the own-sockets spike, then both transports): `Transfer-Encoding: chunked,
+    /// chunked` passed as plain chunked. Both transports decode one layer and the engine ignored `chunked` however
+    /// often it came, so the inner chunk framing ("5\r\nhello\r\n0\r\n\r\n") became the finished file. RFC 9112 §6.1:
+    /// a sender must not apply chunked more than once.
+    @Test("A body chunked twice is refused, never saved with its inner chunk framing", arguments: transports)
+    func doubleChunked(transport: DownloadTask.Transport) async throws {
+        let body = Array("f\r\n5\r\nhello\r\n0\r\n\r\n\r\n0\r\n\r\n".utf8)
+        let server = try RawScriptServer { _, _, send in
+            _ = send(
+                RawScriptServer.head("200 OK", ["Transfer-Encoding: chunked, chunked"], etag: Array("\"e\"".utf8))
+                    + body)
+            return .completed(0)
+        }
+        defer { server.stop() }
+        let directory = try ScratchDirectory()
+        let outcome = try await Self.download(from: server, into: directory, Self.configuration(transport))
+        guard case .failure(let error) = outcome else {
+            Issue.record("a body chunked twice finished: \(outcome)")
+            return
+        }
+        #expect(error.code == .protocolViolation, "\(error)")
+        #expect(error.message.contains("chunked"), "\(error)")
+    }
+
     // MARK: - Finding 3: an Accept-Ranges value with a control character makes every token unreadable
 
     /// Rule broken: "interrupts, crashes and transient errors leave a token and a temp file that resume from where
