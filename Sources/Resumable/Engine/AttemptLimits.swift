@@ -7,8 +7,8 @@
 /// again and again (or answers every range request with a one-byte `206`), would reset the counts at every answer
 /// and keep the download crawling for as long as the file has bytes, never failing.
 /// - A failed attempt (``retrying(gained:missing:)``) is retried while fewer than
-///   ``DownloadTask/Configuration/Retry/maximumRetries`` failed in a row; once the failures since the count last
-///   started brought the floor together, it starts again at one (and after a body that counted as progress, at 0).
+///   ``DownloadTask/Configuration/Retry/maximumRetries`` failed in a row; once the answers since the count last
+///   started brought the floor together, it starts again at one (at 0 after a body that brought all it was asked).
 /// - A body that ended short of what was asked (a `206` that covers less) is asked again
 ///   (``askingAgain(gained:missing:asked:bodyEnded:)``) while the file grows; ``maximumFruitlessBodies`` in a row
 ///   that leave it where it was, or bring it less than ``minimumBodyProgress`` further without bringing all that was
@@ -76,14 +76,14 @@ struct AttemptLimits: Sendable {
     mutating func askingAgain(gained: Int64, missing: Int64?, asked: Int64?, bodyEnded: Bool) -> Decision {
         if bodyEnded {
             let floor = min(Self.minimumBodyProgress, Self.progressFloor(missing: missing), max(asked ?? .max, 1))
-            if gained >= floor {
-                // A body that ended where its server framed it, bringing what counts: the failures before it are
-                // behind too (each gap of a version 2 token through a link that cuts connections).
-                fruitlessBodiesInARow = 0
+            fruitlessBodiesInARow = gained >= floor ? 0 : fruitlessBodiesInARow + 1
+            // Failures need more: a body that brought all it was asked for (each gap of a version 2 token through a
+            // link that cuts connections) or the failures' own floor clears them; a smaller one adds its bytes, so
+            // that 4 KiB answers between one-byte cuts cannot clear the cuts forever.
+            gainedSinceProgress = gainedSinceProgress.addingReportingOverflow(max(gained, 0)).partialValue
+            if (asked.map { gained >= $0 } ?? false) || gainedSinceProgress >= Self.progressFloor(missing: missing) {
                 failuresInARow = 0
                 gainedSinceProgress = 0
-            } else {
-                fruitlessBodiesInARow += 1
             }
         }
         return fruitlessBodiesInARow <= Self.maximumFruitlessBodies ? .askAgain : .stop

@@ -15,7 +15,8 @@ extension DownloadEngine {
     /// multi-connection phase that grew out of it (already decided).
     enum TransferEnd: Sendable {
         case single(ResumableError?)
-        case segments(ResumeStateMachine.Outcome)
+        /// `progressed`: the phase brought the floor's worth of bytes (``SegmentSchedule/madeProgress``).
+        case segments(ResumeStateMachine.Outcome, progressed: Bool)
     }
 
     /// How often the schedule looks at stalls and the automatic connection count: often enough that a ramp
@@ -109,11 +110,15 @@ extension DownloadEngine {
                 if let end = step.end {
                     await stopAll(connections)
                     connections = [:]
-                    let outcome = state.withLock { state in
+                    let (outcome, progressed) = state.withLock { state in
                         defer { state.segments = nil }  // The machine has the phase's bytes and decided what follows.
-                        return state.machine.segmentsEnded(end, present: state.segments?.present ?? ByteRangeSet())
+                        let progressed = state.segments?.madeProgress ?? false
+                        return (
+                            state.machine.segmentsEnded(end, present: state.segments?.present ?? ByteRangeSet()),
+                            progressed
+                        )
                     }
-                    result = .segments(outcome)
+                    result = .segments(outcome, progressed: progressed)
                     break loop
                 }
             case .wake:
@@ -145,7 +150,7 @@ extension DownloadEngine {
                             return state.machine.segmentsEnded(
                                 .fail(failure), present: state.segments?.present ?? ByteRangeSet())
                         }
-                        result = .segments(outcome)
+                        result = .segments(outcome, progressed: false)
                         break loop
                     }
                 }

@@ -251,7 +251,7 @@ final class DownloadEngine: Sendable {
             // Progress is throttled while bytes arrive; report where this response left the file.
             emitProgress()
             let missing = before.state.missingLength
-            let (outcome, gained, bodyEnded) = state.withLock { state in
+            let (outcome, gained, bodyEnded) = state.withLock { state -> (ResumeStateMachine.Outcome, Int64, Bool) in
                 let outcome: ResumeStateMachine.Outcome
                 // Whether the outcome is that of a body that was read to its end (not of a head: a redirect, a
                 // fall-back to the original URL, an answer dropped unread).
@@ -260,9 +260,12 @@ final class DownloadEngine: Sendable {
                 case .single(let transportError):
                     bodyEnded = state.headOutcome == nil
                     outcome = state.headOutcome ?? state.machine.responseEnded(error: transportError)
-                case .segments(let outcomeOfSegments):
+                case .segments(let outcomeOfSegments, let progressed):
                     bodyEnded = false
                     outcome = outcomeOfSegments
+                    // A phase that never brought the floor's worth (many connections cut after a few KiB each)
+                    // brought nothing that counts: its pieces must not add up to progress phase after phase.
+                    if !progressed { return (outcome, 0, bodyEnded) }
                 }
                 return (outcome, max(state.machine.state.bytesOnDisk - bytesBefore, 0), bodyEnded)
             }

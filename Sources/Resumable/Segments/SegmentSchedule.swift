@@ -143,6 +143,9 @@ struct SegmentSchedule: Sendable {
     /// ``AttemptLimits/progressFloor(missing:)`` asks since then start the count again, so that a server sending a
     /// byte per connection and closing it ends the phase instead of feeding it a request per byte.
     private var writtenAtLastProgress: Int64 = 0
+    /// Whether this phase ever brought the floor's worth of bytes (``writtenAtLastProgress`` moved): a phase that
+    /// ends in a retry without it brought nothing that counts, whatever its many small pieces add up to.
+    private(set) var madeProgress = false
     private var lastError: ResumableError?
 
     /// A phase whose first segment is the accepted response `probe` of `basis`, read by connection `probeConnection`.
@@ -251,6 +254,7 @@ struct SegmentSchedule: Sendable {
         {
             failuresInARow = 0
             writtenAtLastProgress = bytesWritten
+            madeProgress = true
         }
         return connection.next >= connection.end
     }

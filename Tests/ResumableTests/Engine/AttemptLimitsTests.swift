@@ -118,6 +118,18 @@ struct AttemptLimitsTests {
         }
     }
 
+    /// Found by an attack (helper-67): a 4 KiB short body cleared every failure before it, so one-byte cuts between
+    /// 4 KiB answers went on for thousands of requests.
+    @Test("A short body that brought less than asked adds its bytes to the failures' floor but does not clear them")
+    func shortBodiesDoNotClearFailures() {
+        var limits = AttemptLimits(maximumRetries: 2)
+        #expect(limits.retrying(gained: 1, missing: Self.missing) == .retry(attempt: 1))
+        let capped = AttemptLimits.minimumBodyProgress
+        #expect(limits.askingAgain(gained: capped, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
+        #expect(limits.retrying(gained: 1, missing: Self.missing) == .retry(attempt: 2))
+        #expect(limits.retrying(gained: 1, missing: Self.missing) == .stop)
+    }
+
     @Test("Answers dropped at their head (redirects, fall-backs) never count")
     func headAnswersDoNotCount() {
         var limits = AttemptLimits(maximumRetries: 3)
