@@ -9,6 +9,7 @@
 /// - A failed attempt (``retrying(gained:missing:)``) is retried while fewer than
 ///   ``DownloadTask/Configuration/Retry/maximumRetries`` failed in a row; once the answers since the count last
 ///   started brought the floor together, it starts again at one (at 0 after a body that brought all it was asked).
+///   A multi-connection phase that ends in a retry counts as one attempt bringing its bytes per answer.
 /// - A body that ended short of what was asked (a `206` that covers less) is asked again
 ///   (``askingAgain(gained:missing:asked:bodyEnded:)``) while the file grows; ``maximumFruitlessBodies`` in a row
 ///   that leave it where it was, or bring it less than ``minimumBodyProgress`` further without bringing all that was
@@ -52,6 +53,8 @@ struct AttemptLimits: Sendable {
     /// What the failures since the count last started again brought, together: a link that cuts every connection
     /// after 48 KiB brings the floor every second attempt, and finishes; a trickle of bytes never adds up.
     private var gainedSinceProgress: Int64 = 0
+    /// What the short bodies since the fruitless count last started brought, together.
+    private var bodyGainedSinceProgress: Int64 = 0
 
     init(maximumRetries: Int) {
         self.maximumRetries = maximumRetries
@@ -76,7 +79,16 @@ struct AttemptLimits: Sendable {
     mutating func askingAgain(gained: Int64, missing: Int64?, asked: Int64?, bodyEnded: Bool) -> Decision {
         if bodyEnded {
             let floor = min(Self.minimumBodyProgress, Self.progressFloor(missing: missing), max(asked ?? .max, 1))
-            fruitlessBodiesInARow = gained >= floor ? 0 : fruitlessBodiesInARow + 1
+            // Short bodies must average the floor since the count last started: one 4 KiB answer after ten one-byte
+            // ones does not start it again (a request per byte and a bit), a server capping every 206 at 4 KiB does.
+            bodyGainedSinceProgress = bodyGainedSinceProgress.addingReportingOverflow(max(gained, 0)).partialValue
+            let (needed, overflow) = floor.multipliedReportingOverflow(by: Int64(fruitlessBodiesInARow + 1))
+            if (asked.map { gained >= $0 } ?? false) || (!overflow && bodyGainedSinceProgress >= needed) {
+                fruitlessBodiesInARow = 0
+                bodyGainedSinceProgress = 0
+            } else {
+                fruitlessBodiesInARow += 1
+            }
             // Failures need more: a body that brought all it was asked for (each gap of a version 2 token through a
             // link that cuts connections) or the failures' own floor clears them; a smaller one adds its bytes, so
             // that 4 KiB answers between one-byte cuts cannot clear the cuts forever.

@@ -15,8 +15,9 @@ extension DownloadEngine {
     /// multi-connection phase that grew out of it (already decided).
     enum TransferEnd: Sendable {
         case single(ResumableError?)
-        /// `progressed`: the phase brought the floor's worth of bytes (``SegmentSchedule/madeProgress``).
-        case segments(ResumeStateMachine.Outcome, progressed: Bool)
+        /// `progressed`: the phase brought the floor's worth of bytes (``SegmentSchedule/madeProgress``); `answers`: how
+        /// many answers it joined (``SegmentSchedule/joinedAnswers``).
+        case segments(ResumeStateMachine.Outcome, progressed: Bool, answers: Int)
     }
 
     /// How often the schedule looks at stalls and the automatic connection count: often enough that a ramp
@@ -110,15 +111,17 @@ extension DownloadEngine {
                 if let end = step.end {
                     await stopAll(connections)
                     connections = [:]
-                    let (outcome, progressed) = state.withLock { state in
+                    let (outcome, progressed, answers) = state.withLock { state in
                         defer { state.segments = nil }  // The machine has the phase's bytes and decided what follows.
-                        let progressed = state.segments?.madeProgress ?? false
+                        let (progressed, answers) = (
+                            state.segments?.madeProgress ?? false, state.segments?.joinedAnswers ?? 1
+                        )
                         return (
                             state.machine.segmentsEnded(end, present: state.segments?.present ?? ByteRangeSet()),
-                            progressed
+                            progressed, answers
                         )
                     }
-                    result = .segments(outcome, progressed: progressed)
+                    result = .segments(outcome, progressed: progressed, answers: answers)
                     break loop
                 }
             case .wake:
@@ -150,7 +153,7 @@ extension DownloadEngine {
                             return state.machine.segmentsEnded(
                                 .fail(failure), present: state.segments?.present ?? ByteRangeSet())
                         }
-                        result = .segments(outcome, progressed: false)
+                        result = .segments(outcome, progressed: false, answers: 1)
                         break loop
                     }
                 }

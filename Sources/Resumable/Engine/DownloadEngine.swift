@@ -260,12 +260,17 @@ final class DownloadEngine: Sendable {
                 case .single(let transportError):
                     bodyEnded = state.headOutcome == nil
                     outcome = state.headOutcome ?? state.machine.responseEnded(error: transportError)
-                case .segments(let outcomeOfSegments, let progressed):
+                case .segments(let outcomeOfSegments, let progressed, let answers):
                     bodyEnded = false
                     outcome = outcomeOfSegments
-                    // A phase that never brought the floor's worth (many connections cut after a few KiB each)
-                    // brought nothing that counts: its pieces must not add up to progress phase after phase.
-                    if !progressed { return (outcome, 0, bodyEnded) }
+                    // A phase that never brought the floor's worth counts as one attempt bringing what each of its
+                    // answers brought on average: many connections cut after 2,000 bytes each add up no faster than
+                    // one connection cut so, and a phase that was one connection (the others turned away) counts
+                    // its bytes as that connection's.
+                    if !progressed {
+                        let gained = max(state.machine.state.bytesOnDisk - bytesBefore, 0)
+                        return (outcome, gained / Int64(max(answers, 1)), bodyEnded)
+                    }
                 }
                 return (outcome, max(state.machine.state.bytesOnDisk - bytesBefore, 0), bodyEnded)
             }

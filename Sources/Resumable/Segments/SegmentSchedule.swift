@@ -146,6 +146,9 @@ struct SegmentSchedule: Sendable {
     /// Whether this phase ever brought the floor's worth of bytes (``writtenAtLastProgress`` moved): a phase that
     /// ends in a retry without it brought nothing that counts, whatever its many small pieces add up to.
     private(set) var madeProgress = false
+    /// How many answers this phase joined (206s accepted, the first answer included): what a phase that never made
+    /// progress brought is judged per answer, as one connection's attempts are.
+    private(set) var joinedAnswers = 1
     private var lastError: ResumableError?
 
     /// A phase whose first segment is the accepted response `probe` of `basis`, read by connection `probeConnection`.
@@ -213,6 +216,7 @@ struct SegmentSchedule: Sendable {
         connection.writtenAtLastActivity = bytesWritten
         if case .join(let end) = verdict {
             connection.accepted = true
+            joinedAnswers += 1
             // Only an answer whose Content-Length ends it there is left to end by itself: a chunked one may go on, or
             // hold, past the end its Content-Range names.
             connection.answerEnd = framedByLength ? end : nil

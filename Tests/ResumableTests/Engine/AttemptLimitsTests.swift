@@ -130,6 +130,23 @@ struct AttemptLimitsTests {
         #expect(limits.retrying(gained: 1, missing: Self.missing) == .stop)
     }
 
+    /// Found by an attack (helper-68): a 4 KiB answer after ten one-byte ones started the fruitless count again, so
+    /// eleven requests per 4 KiB went on for as long as the file had bytes.
+    @Test("Short bodies must average 4 KiB: one 4 KiB answer after ten one-byte ones does not start the count again")
+    func shortBodiesMustAverageTheFloor() {
+        var limits = AttemptLimits(maximumRetries: 3)
+        let capped = AttemptLimits.minimumBodyProgress
+        for _ in 0..<AttemptLimits.maximumFruitlessBodies {
+            #expect(limits.askingAgain(gained: 1, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
+        }
+        #expect(limits.askingAgain(gained: capped, missing: Self.missing, asked: nil, bodyEnded: true) == .stop)
+        // Answers that each bring the floor keep going, however many.
+        var steady = AttemptLimits(maximumRetries: 3)
+        for _ in 0..<100 {
+            #expect(steady.askingAgain(gained: capped, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
+        }
+    }
+
     @Test("Answers dropped at their head (redirects, fall-backs) never count")
     func headAnswersDoNotCount() {
         var limits = AttemptLimits(maximumRetries: 3)
