@@ -85,8 +85,8 @@ extension DownloadTask {
 
     /// How transient failures are retried: exponential backoff from the current offset.
     public struct RetryPolicy: Hashable, Sendable {
-        /// How many failures in a row are retried. Once the failed attempts together brought 64 KiB (or a sixteenth
-        /// of what was missing, when that is less), the count starts again; a server that sends a byte and then
+        /// How many failures in a row are retried. Once the failed attempts together brought 64 KiB (or all that
+        /// was missing, when that is less), the count starts again; a server that sends a byte and then
         /// fails, again and again, never adds up to that, and ends the download instead of keeping it crawling.
         public var maximumRetries: Int
         /// The first delay; it doubles after each failure.

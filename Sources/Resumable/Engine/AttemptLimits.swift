@@ -31,8 +31,8 @@ struct AttemptLimits: Sendable {
     /// Bodies in a row that leave the file where it was before the download ends.
     static let maximumFruitlessBodies = 10
 
-    /// The most a failed attempt must bring to count as progress: 64 KiB, less than any link that works at all
-    /// delivers between two failures, and enough that a server trickling bytes one answer at a time gets a bounded
+    /// The most failed attempts must bring together to count as progress: 64 KiB, less than any link that works at
+    /// all delivers in a few attempts, and enough that a server trickling bytes one answer at a time gets a bounded
     /// number of answers before the download gives up.
     static let minimumProgress: Int64 = 64 << 10
 
@@ -40,11 +40,12 @@ struct AttemptLimits: Sendable {
     /// `206`s (RFC 9110 §15.3.7), and each capped answer is a whole, correct one; only a trickle below this ends.
     static let minimumBodyProgress: Int64 = 4 << 10
 
-    /// The new bytes a failed attempt must bring to count as progress: ``minimumProgress``, or a sixteenth of what was
-    /// missing when less (so that a flaky link still finishes a file's last kilobytes a sixteenth at a time), and at
-    /// least one byte. Each attempt that counts shrinks what is missing by a sixteenth: their number stays bounded.
+    /// The new bytes failed attempts must bring together to count as progress: ``minimumProgress``, or all that was
+    /// missing when that is less, and at least one byte. Not a fraction of what is missing: that would loosen the
+    /// limits as the end nears, and a server could buy a new round of failures for every step closer to the end.
+    /// Since the attempts' bytes add up, a link that cuts every few KiB still brings the last bytes in a few tries.
     static func progressFloor(missing: Int64?) -> Int64 {
-        max(1, min(minimumProgress, (missing ?? .max) / 16))
+        max(1, min(minimumProgress, missing ?? .max))
     }
 
     let maximumRetries: Int
