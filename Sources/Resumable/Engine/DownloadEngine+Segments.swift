@@ -45,9 +45,17 @@ extension DownloadEngine {
     /// over fewer requests. Without a hasher the file is shared evenly, as before: fewer requests, and nothing to
     /// gain from the order.
     var segmentSettings: SegmentSchedule.Settings {
-        let hashing = state.withLock { $0.hasher != nil }
+        let (hashing, ceiling) = state.withLock { ($0.hasher != nil, $0.connectionCeiling) }
+        var connections = configuration.connections
+        if let ceiling {
+            // The server pushed an earlier phase down to `ceiling`: no more than that, and no ramp beyond it.
+            switch connections.kind {
+            case .fixed(let count): connections = .fixed(min(count, ceiling))
+            case .automatic: connections = .fixed(min(ceiling, DownloadTask.Connections.maximum))
+            }
+        }
         return SegmentSchedule.Settings(
-            connections: configuration.connections,
+            connections: connections,
             minimumSegmentLength: configuration.minimumSegmentLength,
             stallTimeout: configuration.segmentStallTimeout ?? min(configuration.idleTimeout, .seconds(10)),
             pieceLength: hashing ? max(configuration.hashingPieceLength, configuration.minimumSegmentLength) : nil)
@@ -113,6 +121,9 @@ extension DownloadEngine {
                     connections = [:]
                     let (outcome, progressed, answers) = state.withLock { state in
                         defer { state.segments = nil }  // The machine has the phase's bytes and decided what follows.
+                        if let lowered = state.segments?.loweredTo {
+                            state.connectionCeiling = min(state.connectionCeiling ?? lowered, lowered)
+                        }
                         let (progressed, answers) = (
                             state.segments?.madeProgress ?? false, state.segments?.joinedAnswers ?? 1
                         )

@@ -45,6 +45,9 @@ final class DownloadEngine: Sendable {
         var segments: SegmentSchedule?
         /// The length to preallocate the file to, once the transfer loop has opened the first segments' connections.
         var preallocation: Int64?
+        /// The most connections a multi-connection phase opens from now on: what an earlier phase of this task was
+        /// pushed down to (``SegmentSchedule/loweredTo``); `nil` while none was.
+        var connectionCeiling: Int?
         /// Actions the schedule decided on a transport's thread, for the transfer loop to perform.
         var pendingActions: [SegmentSchedule.Action] = []
         /// Wakes the transfer loop of the current request.

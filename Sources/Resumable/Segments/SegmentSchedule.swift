@@ -24,7 +24,7 @@ import Foundation
 /// - **Back-off.** An overloaded answer (`503`, `429`), or a connection that fails before its response, lowers
 ///   the number of connections and does not count as a failure in a row (many `503`s beyond a limit are one
 ///   answer); when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)`` and the
-///   engine backs off. A segment turned away with a status that says nothing about the file (`403`, `404`, a
+///   engine backs off. The count it came down to (``loweredTo``) caps the task's later phases. A segment turned away with a status that says nothing about the file (`403`, `404`, a
 ///   redirect: ``ResumeStateMachine/SegmentVerdict/refused(_:)``) lowers the count the same way. Once the count came
 ///   down, a working connection whose answer carries more than its share (the first answer) reads on into the bytes
 ///   right after it that nobody fetches.
@@ -149,6 +149,10 @@ struct SegmentSchedule: Sendable {
     /// How many answers this phase joined (206s accepted, the first answer included): what a phase that never made
     /// progress brought is judged per answer, as one connection's attempts are.
     private(set) var joinedAnswers = 1
+    /// The count the server pushed this phase down to (overloaded or refused answers), `nil` while it did not: the
+    /// owner starts its next phase there, so that a server allowing one connection per client does not get the
+    /// configured count's worth of turned-away requests in every phase.
+    private(set) var loweredTo: Int?
     private var lastError: ResumableError?
 
     /// A phase whose first segment is the accepted response `probe` of `basis`, read by connection `probeConnection`.
@@ -390,6 +394,7 @@ struct SegmentSchedule: Sendable {
             // Only the connections still working: a stopped one whose transfer has not returned yet is not one of
             // them, or each 503 meanwhile would open a replacement.
             target = max(1, min(target, connections.values.count { !$0.stopped }))
+            loweredTo = min(loweredTo ?? target, target)
             ramp = .backedOff
             readOnIntoUnclaimedBytes()
             return nil
