@@ -13,8 +13,6 @@ import Testing
 /// and the failure limit, which should end it after 5 cuts per 64 KiB, ends it never.
 @Suite("Attack: a 4 KiB body clears every failure before it")
 struct CutsBetweenShortBodiesAttackTests {
-    static let patience = Duration.seconds(300)
-
     @Test("Cuts and one-byte 206s between 4 KiB answers: the download does not take over 512 requests for 1 MiB")
     func cutsBetweenSmallBodies() async throws {
         let fixture = try DownloadFixture()
@@ -29,24 +27,8 @@ struct CutsBetweenShortBodiesAttackTests {
             for _ in 0..<10 { fixture.server.enqueue(behavior: Behavior(maxPartialLength: 1), for: "/file.bin") }
             fixture.server.enqueue(behavior: Behavior(maxPartialLength: 4096), for: "/file.bin")
         }
-        var configuration = DownloadFixture.configuration(retries: 5)
-        configuration.retry = .init(maximumRetries: 5, initialDelay: .milliseconds(1), maximumDelay: .milliseconds(1))
-        configuration.deadline = Self.patience
-        let task = try fixture.download(configuration: configuration)
-        let result = await task.result
-        let requests = fixture.server.requests(for: "/file.bin").count
-        // A server capping each 206 at 4 KiB needs 256 requests for 1 MiB; twice that is generous.
-        switch result {
-        case .success(let done):
-            #expect(try fixture.file(done.fileURL, holds: total, seed: seed))
-            let message =
-                "15 of every 16 answers brought nothing (a cut after a byte, a one-byte 206), yet the download went on "
-                + "for \(requests) requests and finished"
-            #expect(requests <= 512, "\(message)")
-        case .failure(let error):
-            let message =
-                "failed only after \(requests) requests, offset \(error.resumeToken?.offset ?? -1): \(error)"
-            #expect(requests <= 512, "\(message)")
-        }
+        try await fixture.expectBoundedCrawl(
+            total: total, seed: seed,
+            attack: "15 of every 16 answers brought nothing (a cut after a byte, a one-byte 206)")
     }
 }

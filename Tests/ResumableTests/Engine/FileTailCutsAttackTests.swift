@@ -15,8 +15,6 @@ import Testing
 /// rule) now ends the download after a handful of requests.
 @Suite("Attack (5th round): zero-byte cuts between capped answers as the floor shrinks")
 struct FileTailCutsAttackTests {
-    static let patience = Duration.seconds(300)
-
     /// The answers the attack sends, found by following ``AttemptLimits`` as the engine does: `nil` is a cut before the
     /// first body byte, a length a `206` capped at it.
     static func plan(total: Int64, firstCut: Int64) -> [Int64?] {
@@ -61,24 +59,8 @@ struct FileTailCutsAttackTests {
                 fixture.server.enqueue(behavior: Behavior(dropAfterBytes: 0), for: "/file.bin")
             }
         }
-        var configuration = DownloadFixture.configuration(retries: 5)
-        configuration.retry = .init(maximumRetries: 5, initialDelay: .milliseconds(1), maximumDelay: .milliseconds(1))
-        configuration.deadline = Self.patience
-        let task = try fixture.download(configuration: configuration)
-        let result = await task.result
-        let requests = fixture.server.requests(for: "/file.bin").count
-        let empty = plan.count { $0 == nil }
-        switch result {
-        case .success(let done):
-            #expect(try fixture.file(done.fileURL, holds: total, seed: seed))
-            #expect(
-                requests <= 512,
-                "\(empty) of the \(plan.count + 1) planned answers brought nothing, yet the download went on for \(requests) requests and finished"
-            )
-        case .failure(let error):
-            #expect(
-                requests <= 512,
-                "failed only after \(requests) requests, offset \(error.resumeToken?.offset ?? -1): \(error)")
-        }
+        try await fixture.expectBoundedCrawl(
+            total: total, seed: seed,
+            attack: "\(plan.count { $0 == nil }) of the \(plan.count + 1) planned answers brought nothing")
     }
 }

@@ -13,8 +13,6 @@ import Testing
 /// (accepted by design) needs 256 requests for 1 MiB.
 @Suite("Attack (4th round): ten one-byte 206s between 4 KiB answers")
 struct OneByteAnswersBetweenCappedAnswersAttackTests {
-    static let patience = Duration.seconds(300)
-
     @Test("Ten one-byte 206s, then a 4 KiB one, over and over: the download does not take over 512 requests for 1 MiB")
     func oneByteAnswersBetween4KiBAnswers() async throws {
         let fixture = try DownloadFixture()
@@ -28,23 +26,7 @@ struct OneByteAnswersBetweenCappedAnswersAttackTests {
             for _ in 0..<10 { fixture.server.enqueue(behavior: Behavior(maxPartialLength: 1), for: "/file.bin") }
             fixture.server.enqueue(behavior: Behavior(maxPartialLength: 4096), for: "/file.bin")
         }
-        var configuration = DownloadFixture.configuration(retries: 5)
-        configuration.retry = .init(maximumRetries: 5, initialDelay: .milliseconds(1), maximumDelay: .milliseconds(1))
-        configuration.deadline = Self.patience
-        let task = try fixture.download(configuration: configuration)
-        let result = await task.result
-        let requests = fixture.server.requests(for: "/file.bin").count
-        switch result {
-        case .success(let done):
-            #expect(try fixture.file(done.fileURL, holds: total, seed: seed))
-            #expect(
-                requests <= 512,
-                "10 of every 11 answers brought one byte, yet the download went on for \(requests) requests and finished"
-            )
-        case .failure(let error):
-            #expect(
-                requests <= 512,
-                "failed only after \(requests) requests, offset \(error.resumeToken?.offset ?? -1): \(error)")
-        }
+        try await fixture.expectBoundedCrawl(
+            total: total, seed: seed, attack: "10 of every 11 answers brought one byte")
     }
 }
