@@ -48,6 +48,14 @@ struct AttemptLimits: Sendable {
         max(1, min(minimumProgress, missing ?? .max))
     }
 
+    /// What a short body (an answer that covered less than its request asked) must bring to count as progress:
+    /// ``minimumBodyProgress``, or ``progressFloor(missing:)`` or what was asked when less, and at least one byte.
+    /// The one rule for a short answer on one connection and for a segment's short answer in a multi-connection phase
+    /// (``SegmentSchedule``).
+    static func bodyFloor(missing: Int64?, asked: Int64?) -> Int64 {
+        max(1, min(minimumBodyProgress, progressFloor(missing: missing), asked ?? .max))
+    }
+
     let maximumRetries: Int
     private var failuresInARow = 0
     private var fruitlessBodiesInARow = 0
@@ -64,7 +72,7 @@ struct AttemptLimits: Sendable {
     /// An attempt failed with a transient error after bringing `gained` new bytes, `missing` having been missing
     /// before it (`nil`: the length is unknown).
     mutating func retrying(gained: Int64, missing: Int64?) -> Decision {
-        gainedSinceProgress = gainedSinceProgress.addingReportingOverflow(max(gained, 0)).partialValue
+        Self.add(gained, to: &gainedSinceProgress)
         if gainedSinceProgress >= Self.progressFloor(missing: missing) {
             failuresInARow = 1
             gainedSinceProgress = 0
@@ -79,12 +87,13 @@ struct AttemptLimits: Sendable {
     /// to its end.
     mutating func askingAgain(gained: Int64, missing: Int64?, asked: Int64?, bodyEnded: Bool) -> Decision {
         if bodyEnded {
-            let floor = min(Self.minimumBodyProgress, Self.progressFloor(missing: missing), max(asked ?? .max, 1))
+            let broughtAllAsked = asked.map { gained >= $0 } ?? false
             // Short bodies must average the floor since the count last started: one 4 KiB answer after ten one-byte
             // ones does not start it again (a request per byte and a bit), a server capping every 206 at 4 KiB does.
-            bodyGainedSinceProgress = bodyGainedSinceProgress.addingReportingOverflow(max(gained, 0)).partialValue
-            let (needed, overflow) = floor.multipliedReportingOverflow(by: Int64(fruitlessBodiesInARow + 1))
-            if (asked.map { gained >= $0 } ?? false) || (!overflow && bodyGainedSinceProgress >= needed) {
+            Self.add(gained, to: &bodyGainedSinceProgress)
+            let (needed, overflow) = Self.bodyFloor(missing: missing, asked: asked)
+                .multipliedReportingOverflow(by: Int64(fruitlessBodiesInARow + 1))
+            if broughtAllAsked || (!overflow && bodyGainedSinceProgress >= needed) {
                 fruitlessBodiesInARow = 0
                 bodyGainedSinceProgress = 0
             } else {
@@ -93,13 +102,19 @@ struct AttemptLimits: Sendable {
             // Failures need more: a body that brought all it was asked for (each gap of a version 2 token through a
             // link that cuts connections) or the failures' own floor clears them; a smaller one adds its bytes, so
             // that 4 KiB answers between one-byte cuts cannot clear the cuts forever.
-            gainedSinceProgress = gainedSinceProgress.addingReportingOverflow(max(gained, 0)).partialValue
-            if (asked.map { gained >= $0 } ?? false) || gainedSinceProgress >= Self.progressFloor(missing: missing) {
+            Self.add(gained, to: &gainedSinceProgress)
+            if broughtAllAsked || gainedSinceProgress >= Self.progressFloor(missing: missing) {
                 failuresInARow = 0
                 gainedSinceProgress = 0
             }
         }
         return fruitlessBodiesInARow <= Self.maximumFruitlessBodies ? .askAgain : .stop
+    }
+
+    /// Adds the bytes an answer brought (never negative) to a running sum, saturating rather than trapping.
+    private static func add(_ gained: Int64, to sum: inout Int64) {
+        let (total, overflow) = sum.addingReportingOverflow(max(gained, 0))
+        sum = overflow ? .max : total
     }
 
     /// Why ``askingAgain(gained:missing:asked:bodyEnded:)`` said stop.

@@ -259,23 +259,21 @@ final class DownloadEngine: Sendable {
                 // Whether the outcome is that of a body that was read to its end (not of a head: a redirect, a
                 // fall-back to the original URL, an answer dropped unread).
                 let bodyEnded: Bool
+                // How many answers the bytes count for: a phase that never brought the floor's worth counts as one
+                // attempt bringing what each of its answers brought on average, so many connections cut after 2,000
+                // bytes each add up no faster than one connection cut so, and a phase that was one connection (the
+                // others turned away) counts its bytes as that connection's.
+                var answers = 1
                 switch ended {
                 case .single(let transportError):
                     bodyEnded = state.headOutcome == nil
                     outcome = state.headOutcome ?? state.machine.responseEnded(error: transportError)
-                case .segments(let outcomeOfSegments, let progressed, let answers):
+                case .segments(let outcomeOfSegments, let progressed, let joined):
                     bodyEnded = false
                     outcome = outcomeOfSegments
-                    // A phase that never brought the floor's worth counts as one attempt bringing what each of its
-                    // answers brought on average: many connections cut after 2,000 bytes each add up no faster than
-                    // one connection cut so, and a phase that was one connection (the others turned away) counts
-                    // its bytes as that connection's.
-                    if !progressed {
-                        let gained = max(state.machine.state.bytesOnDisk - bytesBefore, 0)
-                        return (outcome, gained / Int64(max(answers, 1)), bodyEnded)
-                    }
+                    if !progressed { answers = max(joined, 1) }
                 }
-                return (outcome, max(state.machine.state.bytesOnDisk - bytesBefore, 0), bodyEnded)
+                return (outcome, max(state.machine.state.bytesOnDisk - bytesBefore, 0) / Int64(answers), bodyEnded)
             }
             switch outcome {
             case .finished:

@@ -731,10 +731,11 @@ struct ResumeStateMachine: Sendable {
                 .filter { !$0.isEmpty && !ignored.contains($0) }
         }
         let content = codings("Content-Encoding", besides: ["identity"])
-        var transfer = codings("Transfer-Encoding", besides: ["identity", "chunked"]).map { "transfer coding \($0)" }
+        let transferCodings = codings("Transfer-Encoding", besides: ["identity"])
+        var transfer = transferCodings.filter { $0 != "chunked" }.map { "transfer coding \($0)" }
         // Chunked twice (RFC 9112 §6.1 forbids it): the transports decode one layer, and the other's framing would be
         // written as the file.
-        if codings("Transfer-Encoding", besides: ["identity"]).count(where: { $0 == "chunked" }) > 1 {
+        if transferCodings.count(where: { $0 == "chunked" }) > 1 {
             transfer.append("transfer coding chunked, applied more than once")
         }
         let encodings = content + transfer

@@ -24,8 +24,9 @@ import Foundation
 /// - **Back-off.** An overloaded answer (`503`, `429`), or a connection that fails before its response, lowers
 ///   the number of connections and does not count as a failure in a row (many `503`s beyond a limit are one
 ///   answer); when none is left working, the phase ends with ``ResumeStateMachine/SegmentsEnd/retry(_:)`` and the
-///   engine backs off. The count it came down to (``loweredTo``) caps the task's later phases. A segment turned away with a status that says nothing about the file (`403`, `404`, a
-///   redirect: ``ResumeStateMachine/SegmentVerdict/refused(_:)``) lowers the count the same way. Once the count came
+///   engine backs off. The count it came down to (``loweredTo``) caps the task's later phases. A segment turned
+///   away with a status that says nothing about the file (`403`, `404`, a redirect:
+///   ``ResumeStateMachine/SegmentVerdict/refused(_:)``) lowers the count the same way. Once the count came
 ///   down, a working connection whose answer carries more than its share (the first answer) reads on into the bytes
 ///   right after it that nobody fetches.
 /// - **Automatic count.** ``DownloadTask/Connections/automatic`` starts with one connection, goes to
@@ -143,9 +144,10 @@ struct SegmentSchedule: Sendable {
     /// ``AttemptLimits/progressFloor(missing:)`` asks since then start the count again, so that a server sending a
     /// byte per connection and closing it ends the phase instead of feeding it a request per byte.
     private var writtenAtLastProgress: Int64 = 0
-    /// Whether this phase ever brought the floor's worth of bytes (``writtenAtLastProgress`` moved): a phase that
-    /// ends in a retry without it brought nothing that counts, whatever its many small pieces add up to.
-    private(set) var madeProgress = false
+    /// Whether this phase ever brought the floor's worth of bytes (``writtenAtLastProgress`` moved, which it does only
+    /// past a byte written): a phase that ends in a retry without it is judged per answer, whatever its many small
+    /// pieces add up to.
+    var madeProgress: Bool { writtenAtLastProgress > 0 }
     /// How many answers this phase joined (206s accepted, the first answer included): what a phase that never made
     /// progress brought is judged per answer, as one connection's attempts are.
     private(set) var joinedAnswers = 1
@@ -262,7 +264,6 @@ struct SegmentSchedule: Sendable {
         {
             failuresInARow = 0
             writtenAtLastProgress = bytesWritten
-            madeProgress = true
         }
         return connection.next >= connection.end
     }
@@ -328,12 +329,9 @@ struct SegmentSchedule: Sendable {
             }
         } else if !connection.stopped, connection.covers < connection.requested.upperBound,
             connection.next - connection.requested.lowerBound
-                < min(
-                    AttemptLimits.minimumBodyProgress,
-                    AttemptLimits.progressFloor(
-                        missing: total - present.count + connection.next
-                            - connection.requested.lowerBound),
-                    connection.requested.upperBound - connection.requested.lowerBound)
+                < AttemptLimits.bodyFloor(
+                    missing: total - present.count + connection.next - connection.requested.lowerBound,
+                    asked: connection.requested.upperBound - connection.requested.lowerBound)
         {
             // A whole answer that covered less than asked, and brought next to nothing (a one-byte 206): the rest goes
             // to a new request below, and that counts as a failure in a row, as a short body does on one connection
