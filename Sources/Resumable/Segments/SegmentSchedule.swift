@@ -259,6 +259,11 @@ struct SegmentSchedule: Sendable {
         bytesWritten += Int64(count)
         connection.writtenAtLastActivity = bytesWritten
         connections[id] = connection
+        if case .warmingUp = ramp, bytesWritten >= rampBytesPerConnection / 2 {
+            // Measured from the write that ends the warm-up, not from the next tick: a server sending in bursts
+            // (nginx under `limit_rate`) sends the first one at once, and the window then holds whole bursts.
+            ramp = .measuring(count: 1, since: now, bytesAtStart: bytesWritten, previous: nil)
+        }
         if bytesWritten - writtenAtLastProgress
             >= AttemptLimits.progressFloor(missing: total - present.count + Int64(count))
         {
@@ -436,12 +441,7 @@ struct SegmentSchedule: Sendable {
     private mutating func steerCount(now: ContinuousClock.Instant) -> [Action] {
         // A window long enough, and with enough bytes per connection that a server sending in bursts (nginx sends
         // `sendfile_max_chunk` at a time under `limit_rate`) does not decide it; at most a second.
-        let perConnection = min(Self.rampBytesPerConnection, max(settings.minimumSegmentLength / 2, 1))
-        if case .warmingUp = ramp {
-            guard bytesWritten >= perConnection / 2 else { return [] }
-            ramp = .measuring(count: 1, since: now, bytesAtStart: bytesWritten, previous: nil)
-            return []
-        }
+        let perConnection = rampBytesPerConnection
         if case .settled(let settledAt) = ramp, now - settledAt >= retryInterval,
             target < DownloadTask.Connections.maximum
         {
@@ -490,6 +490,12 @@ struct SegmentSchedule: Sendable {
         target = next
         ramp = .measuring(count: next, since: now, bytesAtStart: bytesWritten, previous: (count, rate))
         return fill(now: now)
+    }
+
+    /// How many bytes each connection must bring in a measuring window (``rampBytesPerConnection``, at most half a
+    /// minimum segment); the warm-up is half of it.
+    private var rampBytesPerConnection: Int64 {
+        min(Self.rampBytesPerConnection, max(settings.minimumSegmentLength / 2, 1))
     }
 
     /// Stops the newest connections beyond the target; their ranges go back to be taken by others.

@@ -292,6 +292,21 @@ struct SegmentScheduleTests {
         #expect(Set(back.actions) == Set(four.keys.map { SegmentSchedule.Action.stop(connection: $0) }))
     }
 
+    @Test("The warm-up ends at the write that completes it: a burst server's first window is not a tick late")
+    func automaticRampWarmUpEndsAtItsWrite() {
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 64 << 20, connections: .automatic, now: start)
+        _ = schedule.start(now: start)
+        // nginx under `limit_rate` sends a burst (256 KiB) at once, then one every 31 ms; no tick came in between (the
+        // loop was busy, or ticks had not started yet).
+        _ = schedule.wrote(connection: 0, count: 256 << 10, now: start + .milliseconds(1))
+        _ = schedule.wrote(connection: 0, count: 256 << 10, now: start + .milliseconds(32))
+        _ = schedule.wrote(connection: 0, count: 256 << 10, now: start + .milliseconds(63))
+        // The window began with the first burst: 512 KiB in 62 ms is a measure, and the count steps up now.
+        let four = Self.requests(schedule.tick(now: start + .milliseconds(63)).actions)
+        #expect(four.count == 3 && schedule.target == 4)
+    }
+
     @Test("A step that brings less than a fifth more goes back, and the next try waits twice as long")
     func automaticRampBacksOffItsTries() {
         let start = ContinuousClock.now
