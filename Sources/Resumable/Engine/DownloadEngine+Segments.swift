@@ -8,6 +8,8 @@ enum ConnectionSignal: Sendable {
     case wake
     /// Time for ``SegmentSchedule/tick(now:)``.
     case tick
+    /// Preallocating the file ended, with the error it threw.
+    case preallocated(ResumableError?)
 }
 
 extension DownloadEngine {
@@ -73,6 +75,8 @@ extension DownloadEngine {
         }
         var connections: [Int: Task<Void, Never>] = [:]
         var ticker: Task<Void, Never>?
+        // Runs beside the loop, which goes on judging answers and ticking meanwhile; awaited before the file is let go.
+        var preallocating: Task<Void, Never>?
         func launch(_ id: Int, _ request: TransportRequest) {
             connections[id] = Task {
                 var failure: ResumableError?
@@ -146,26 +150,19 @@ extension DownloadEngine {
                     return (state.preallocation, state.file)
                 }
                 if let preallocation {
-                    // After the requests went out, not before: allocating a large file takes a while (tmpfs zeroes its
-                    // pages), and fallocate keeps whatever segments wrote meanwhile. It fails early on a full disk.
-                    let failure = await Self.offThePool { () -> ResumableError? in
-                        do throws(ResumableError) {
-                            try file.preallocate(length: preallocation)
-                            return nil
-                        } catch {
-                            return error
+                    // After the requests went out, not before, and beside the loop: allocating a large file takes a
+                    // while (tmpfs zeroes its pages), and fallocate keeps whatever segments wrote meanwhile. It fails
+                    // early on a full disk.
+                    preallocating = Task {
+                        let failure = await Self.offThePool { () -> ResumableError? in
+                            do throws(ResumableError) {
+                                try file.preallocate(length: preallocation)
+                                return nil
+                            } catch {
+                                return error
+                            }
                         }
-                    }
-                    if let failure {
-                        await stopAll(connections)
-                        connections = [:]
-                        let outcome = state.withLock { state in
-                            defer { state.segments = nil }
-                            return state.machine.segmentsEnded(
-                                .fail(failure), present: state.segments?.present ?? ByteRangeSet())
-                        }
-                        result = .segments(outcome, progressed: false, answers: 1)
-                        break loop
+                        continuation.yield(.preallocated(failure))
                     }
                 }
                 if ticker == nil {
@@ -179,10 +176,23 @@ extension DownloadEngine {
             case .tick:
                 let step = state.withLock { $0.segments?.tick() } ?? SegmentSchedule.Step()
                 perform(step.actions)
+            case .preallocated(let failure):
+                guard let failure else { continue }
+                await stopAll(connections)
+                connections = [:]
+                let outcome = state.withLock { state in
+                    defer { state.segments = nil }
+                    return state.machine.segmentsEnded(
+                        .fail(failure), present: state.segments?.present ?? ByteRangeSet())
+                }
+                result = .segments(outcome, progressed: false, answers: 1)
+                break loop
             }
         }
         ticker?.cancel()
         await stopAll(connections)
+        // The file is not let go, nor switched, while fallocate works on it.
+        await preallocating?.value
         continuation.finish()
         state.withLock { state in
             state.signals = nil
