@@ -93,6 +93,11 @@ struct SegmentSchedule: Sendable {
         var stopped = false
         /// Set when it was stopped because nothing arrived for the stall timeout.
         var stalled = false
+        /// When this connection's request was opened (`nil` for the probe, sent before the phase began).
+        var requestedAt: ContinuousClock.Instant?
+        /// When its first body byte was written, and where: what it brought since gives its rate.
+        var firstByteAt: ContinuousClock.Instant?
+        var firstBytePosition: Int64 = 0
     }
 
     private enum Ramp: Sendable {
@@ -126,6 +131,12 @@ struct SegmentSchedule: Sendable {
     static let longestRampRetryInterval: Duration = .seconds(32)
     /// Segment failures in a row, without a byte between them, after which the phase ends to back off.
     static let maximumFailuresInARow = 8
+    /// The least a connection takes at the end of the download, when no segment is left to split at the minimum
+    /// length (``takeEndgameWork(now:)``): a request is not worth fewer bytes (as for ``AttemptLimits``).
+    static let endgamePieceLength: Int64 = 64 << 10
+    /// How many times a new request's latency the rest of a segment must take before a connection that finished
+    /// splits it at the end: the newcomer's half then arrives well before the segment would have ended.
+    static let endgameLatencyFactor = 4.0
 
     let total: Int64
     let settings: Settings
@@ -156,6 +167,8 @@ struct SegmentSchedule: Sendable {
     /// configured count's worth of turned-away requests in every phase.
     private(set) var loweredTo: Int?
     private var lastError: ResumableError?
+    /// The longest time from a request to its first body byte in this phase: what a new request costs.
+    private var longestLatency: Duration?
 
     /// A phase whose first segment is the accepted response `probe` of `basis`, read by connection `probeConnection`.
     init(
@@ -252,6 +265,13 @@ struct SegmentSchedule: Sendable {
         let start = connection.next
         // Another connection may have taken over the rest meanwhile: only bytes up to the end count here.
         let count = Int(min(Int64(count), max(connection.end - connection.next, 0)))
+        if !connection.received {
+            connection.firstByteAt = now
+            connection.firstBytePosition = start
+            if let requestedAt = connection.requestedAt {
+                longestLatency = max(longestLatency ?? .zero, now - requestedAt)
+            }
+        }
         connection.next += Int64(count)
         connection.lastActivity = now
         connection.received = true
@@ -435,6 +455,14 @@ struct SegmentSchedule: Sendable {
             }
         }
         actions += steerCount(now: now)
+        // A connection that finished found no segment worth splitting then; the rest of a slow one may be worth it by
+        // now (``takeEndgameWork(now:)``). Not while a stopped connection has yet to end: its range goes to its
+        // successor first.
+        if connections.count < target, claimed.gaps(in: 0..<total).isEmpty,
+            let range = takeEndgameWork(now: now)
+        {
+            actions.append(open(range, now: now))
+        }
         return Step(actions: actions)
     }
 
@@ -551,17 +579,23 @@ struct SegmentSchedule: Sendable {
             // that the newcomer's is the first one nobody fetches.
             cap(at: piece)
         }
-        while wanted > 0, let range = takeWork(sharingWith: wanted, share: share) {
-            let id = nextIdentifier
-            nextIdentifier += 1
-            connections[id] = Connection(
-                requested: range, next: range.lowerBound, end: range.upperBound, covers: range.upperBound,
-                accepted: false,
-                continuesPiece: continuing && actions.isEmpty, lastActivity: now, writtenAtLastActivity: bytesWritten)
-            actions.append(.request(connection: id, range: range))
+        while wanted > 0, let range = takeWork(sharingWith: wanted, share: share, now: now) {
+            actions.append(open(range, now: now, continuesPiece: continuing && actions.isEmpty))
             wanted -= 1
         }
         return actions
+    }
+
+    /// A new connection for `range`.
+    private mutating func open(_ range: Range<Int64>, now: ContinuousClock.Instant, continuesPiece: Bool = false)
+        -> Action
+    {
+        let id = nextIdentifier
+        nextIdentifier += 1
+        connections[id] = Connection(
+            requested: range, next: range.lowerBound, end: range.upperBound, covers: range.upperBound, accepted: false,
+            continuesPiece: continuesPiece, lastActivity: now, writtenAtLastActivity: bytesWritten, requestedAt: now)
+        return .request(connection: id, range: range)
     }
 
     /// The bytes nobody has or fetches.
@@ -605,8 +639,11 @@ struct SegmentSchedule: Sendable {
     }
 
     /// The next range for a new connection: the first one nobody fetches (at most `share` of it, or an even share
-    /// among the `newcomers`; at most a piece), else a share of the largest remaining segment.
-    private mutating func takeWork(sharingWith newcomers: Int, share: Int64? = nil) -> Range<Int64>? {
+    /// among the `newcomers`; at most a piece), else a share of the largest remaining segment, else, at the end, half
+    /// of a segment that would take long to end (``takeEndgameWork(now:)``).
+    private mutating func takeWork(
+        sharingWith newcomers: Int, share: Int64? = nil, now: ContinuousClock.Instant
+    ) -> Range<Int64>? {
         let minimum = max(settings.minimumSegmentLength, 1)
         if let gap = claimed.gaps(in: 0..<total).first {
             var share = share ?? max(minimum, (gap.upperBound - gap.lowerBound) / Int64(newcomers))
@@ -620,7 +657,7 @@ struct SegmentSchedule: Sendable {
             let (id, victim) = candidates.max(by: {
                 ($0.value.end - $0.value.next, $1.key) < ($1.value.end - $1.value.next, $0.key)
             })
-        else { return nil }
+        else { return takeEndgameWork(now: now) }
         let remaining = victim.end - victim.next
         let keep = max(minimum, remaining / Int64(newcomers + 1))
         let split = victim.next + keep
@@ -635,5 +672,35 @@ struct SegmentSchedule: Sendable {
             }
         }
         return stolen
+    }
+
+    /// The end of the download: no segment is left to split at the minimum length, yet a connection that finished
+    /// would wait for the last ones. It takes the second half of the segment with the most bytes left, when that is
+    /// at least two ``endgamePieceLength``s and, at the rate its connection brought bytes so far, takes at least
+    /// ``endgameLatencyFactor`` times the longest latency of a request in this phase: the newcomer's half then
+    /// arrives while the segment would still be arriving. A connection slower than the others (a congested path, a
+    /// server that paused it) no longer holds up to two minimum segments alone while the others wait. A segment that
+    /// brought nothing yet is not judged (a stall is ``tick(now:)``'s), nor is one before any request's latency was
+    /// seen.
+    private mutating func takeEndgameWork(now: ContinuousClock.Instant) -> Range<Int64>? {
+        guard let latency = longestLatency else { return nil }
+        var best: (id: Int, remaining: Int64)?
+        for (id, connection) in connections where connection.accepted && !connection.stopped {
+            let remaining = connection.end - connection.next
+            let brought = connection.next - connection.firstBytePosition
+            guard remaining >= 2 * Self.endgamePieceLength, brought > 0, let firstByteAt = connection.firstByteAt
+            else { continue }
+            let timeLeft = (now - firstByteAt) * (Double(remaining) / Double(brought))
+            guard timeLeft >= latency * Self.endgameLatencyFactor else { continue }
+            if let current = best, current.remaining > remaining || (current.remaining == remaining && current.id < id)
+            {
+                continue
+            }
+            best = (id, remaining)
+        }
+        guard let best, let victim = connections[best.id] else { return nil }
+        let split = victim.next + best.remaining / 2
+        connections[best.id]?.end = split
+        return split..<victim.end
     }
 }

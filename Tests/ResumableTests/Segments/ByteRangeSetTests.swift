@@ -110,6 +110,48 @@ struct SegmentScheduleTests {
         }
     }
 
+    @Test("At the end, a connection that finished takes half of a slow segment's rest, under the minimum length")
+    func endgameSplitsASlowSegment() {
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 3 << 20, connections: .fixed(2), now: start)
+        let first = Self.requests(schedule.start(now: start).actions)
+        #expect(first == [1: (3 << 19)..<(3 << 20)])
+        // The probe brought 256 KiB, then slowed down; the newcomer answered in 2 ms and brought its 1.5 MiB.
+        _ = schedule.wrote(connection: 0, count: 256 << 10, now: start + .milliseconds(1))
+        _ = schedule.head(connection: 1, verdict: .join(end: 3 << 20), now: start + .milliseconds(2))
+        let complete = schedule.wrote(connection: 1, count: Int(3 << 19), now: start + .milliseconds(2))
+        #expect(complete)
+        // 1.25 MiB left to the probe: under two minimum segments, but at its rate it takes half a second, against a
+        // request's 2 ms. The finished connection takes the second half.
+        let step = schedule.ended(connection: 1, error: nil, now: start + .milliseconds(100))
+        let expected: [Int: Range<Int64>] = [2: (896 << 10)..<(3 << 19)]
+        #expect(Self.requests(step.actions) == expected)
+        #expect(schedule.placement(connection: 0, count: 1 << 20)?.count == 640 << 10)
+    }
+
+    @Test("A segment about to end is not split at the end; once it is slow for long enough, a tick splits it")
+    func endgameWaitsForASlowEnough() {
+        let start = ContinuousClock.now
+        var schedule = schedule(total: 3 << 20, connections: .fixed(2), now: start)
+        _ = schedule.start(now: start)
+        // A request takes 50 ms here; the probe brought 1.25 MiB in 99 ms: its last 256 KiB take about 20 ms.
+        _ = schedule.wrote(connection: 0, count: 256 << 10, now: start + .milliseconds(1))
+        _ = schedule.head(connection: 1, verdict: .join(end: 3 << 20), now: start + .milliseconds(50))
+        let complete = schedule.wrote(connection: 1, count: Int(3 << 19), now: start + .milliseconds(50))
+        #expect(complete)
+        _ = schedule.wrote(connection: 0, count: 1 << 20, now: start + .milliseconds(100))
+        let step = schedule.ended(connection: 1, error: nil, now: start + .milliseconds(100))
+        #expect(step.actions.isEmpty, "a new request would end after the segment")
+        #expect(schedule.tick(now: start + .milliseconds(150)).actions.isEmpty)
+        // Nothing more for two seconds: at the rate it brought bytes so far, its rest now takes 400 ms.
+        let later = schedule.tick(now: start + .seconds(2))
+        let expected: [Int: Range<Int64>] = [2: ((5 << 18) + (128 << 10))..<(3 << 19)]
+        #expect(Self.requests(later.actions) == expected)
+        // A rest under two end-game pieces is not split again.
+        let again = schedule.tick(now: start + .milliseconds(2500))
+        #expect(again.actions.isEmpty)
+    }
+
     @Test("An overloaded answer lowers the count; the range goes to a working connection later")
     func overloadLowersTheCount() {
         var schedule = schedule()

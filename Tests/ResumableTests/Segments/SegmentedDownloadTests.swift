@@ -64,6 +64,39 @@ struct SegmentedDownloadTests {
     }
 
     @Test(
+        "At the end, the connections that finished split a held segment's rest below the minimum, down to two 64 KiB pieces",
+        arguments: TransportKind.all)
+    func endgameSplitsAHeldSegment(transport: TransportKind) async throws {
+        let fixture = try DownloadFixture(transport: transport)
+        fixture.serve(.generated(length: Self.total, seed: 14))
+        let held = Self.quarters[3]..<Self.total
+        let sent: Int64 = 64 << 10
+        let gate = BodyGate(holdingAfter: sent)
+        defer { gate.open() }
+        fixture.server.enqueue(behavior: Behavior(gate: gate), for: Self.path, whenRangeStartsAt: held.lowerBound)
+        let task = try fixture.download(configuration: Segmented.configuration(.fixed(4)))
+        #expect(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
+        // Work stealing alone leaves the held connection up to two minimum segments (512 KiB here); at the end, the
+        // free connections go on halving its rest while it brings nothing.
+        let rest = (held.lowerBound + sent)
+        let expected = testBytes(count: Int(Self.total), seed: 14)
+        let split = try await waitUntil {
+            let steals = fixture.rangeRequests().compactMap(\.rangeStart).filter { $0 > rest && $0 < held.upperBound }
+            guard let first = steals.min(), first - rest < 2 * SegmentSchedule.endgamePieceLength else { return false }
+            return fixture.server.concurrentRequests(for: Self.path) == 1
+                && fixture.temporaryFileHolds(expected, except: rest..<first)
+        }
+        #expect(split, "\(fixture.ranges())")
+        gate.open()
+        let result = try await task.value
+        #expect(try fixture.file(result.fileURL, holds: Self.total, seed: 14))
+        #expect(!result.restarted)
+        let heldRequests = fixture.server.requests(for: Self.path).filter { $0.rangeStart == held.lowerBound }
+        #expect(heldRequests.count == 1, "the held segment itself was asked once")
+        #expect(fixture.temporaryFiles().isEmpty)
+    }
+
+    @Test(
         "Work stealing: while one segment is held, the connections that finished take over parts of it",
         arguments: TransportKind.all)
     func workStealing(transport: TransportKind) async throws {
