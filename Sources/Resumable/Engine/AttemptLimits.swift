@@ -14,9 +14,12 @@
 ///   (``askingAgain(gained:missing:asked:bodyEnded:)``) while the file grows; ``maximumFruitlessBodies`` in a row
 ///   that leave it where it was, or bring it less than ``minimumBodyProgress`` further without bringing all that was
 ///   asked (the same short `206` again and again, a byte at a time), end the download. A body that brought all it was
-///   asked for is progress however short: the gaps of a version 2 token are asked one by one. Answers dropped at
-///   their head (a redirect, the fall-back to the original URL, a `200` read as a CDN's quirk) have limits of their
-///   own and do not count.
+///   asked for is progress however short: the gaps of a version 2 token are asked one by one.
+/// - Answers dropped at their head (a redirect, the fall-back to the original URL, a `200` read as a CDN's quirk)
+///   have limits of their own per chain, and here one more: at most ``maximumDroppedAnswers`` of them between two
+///   answers that brought the failures' floor. A redirect chain's limit starts again at every answer that is not a
+///   redirect, so a server redirecting through a chain before every capped `206` would otherwise get ten requests
+///   per answer.
 struct AttemptLimits: Sendable {
     /// What the engine does next.
     enum Decision: Equatable, Sendable {
@@ -57,7 +60,12 @@ struct AttemptLimits: Sendable {
     }
 
     let maximumRetries: Int
+    /// Answers dropped at their head, or phases that asked again, allowed in a row without the failures' floor between
+    /// them: a whole redirect chain (``DownloadTask/Configuration/maximumRedirects``), the fall-back to the original
+    /// URL and a `200` read as a CDN's quirk.
+    let maximumDroppedAnswers: Int
     private var failuresInARow = 0
+    private var droppedAnswersInARow = 0
     private var fruitlessBodiesInARow = 0
     /// What the failures since the count last started again brought, together: a link that cuts every connection
     /// after 48 KiB brings the floor every second attempt, and finishes; a trickle of bytes never adds up.
@@ -65,8 +73,10 @@ struct AttemptLimits: Sendable {
     /// What the short bodies since the fruitless count last started brought, together.
     private var bodyGainedSinceProgress: Int64 = 0
 
-    init(maximumRetries: Int) {
+    init(maximumRetries: Int, maximumRedirects: Int = 10) {
         self.maximumRetries = maximumRetries
+        let (dropped, overflow) = max(maximumRedirects, 0).addingReportingOverflow(2)
+        self.maximumDroppedAnswers = overflow ? .max : dropped
     }
 
     /// An attempt failed with a transient error after bringing `gained` new bytes, `missing` having been missing
@@ -76,6 +86,7 @@ struct AttemptLimits: Sendable {
         if gainedSinceProgress >= Self.progressFloor(missing: missing) {
             failuresInARow = 1
             gainedSinceProgress = 0
+            droppedAnswersInARow = 0
         } else {
             failuresInARow += 1
         }
@@ -106,9 +117,16 @@ struct AttemptLimits: Sendable {
             if broughtAllAsked || gainedSinceProgress >= Self.progressFloor(missing: missing) {
                 failuresInARow = 0
                 gainedSinceProgress = 0
+                droppedAnswersInARow = 0
             }
+        } else if gained >= Self.progressFloor(missing: missing) {
+            // A multi-connection phase that brought the floor and asks again.
+            droppedAnswersInARow = 0
+        } else {
+            droppedAnswersInARow += 1
         }
-        return fruitlessBodiesInARow <= Self.maximumFruitlessBodies ? .askAgain : .stop
+        return fruitlessBodiesInARow <= Self.maximumFruitlessBodies && droppedAnswersInARow <= maximumDroppedAnswers
+            ? .askAgain : .stop
     }
 
     /// Adds the bytes an answer brought (never negative) to a running sum, saturating rather than trapping.
@@ -119,7 +137,13 @@ struct AttemptLimits: Sendable {
 
     /// Why ``askingAgain(gained:missing:asked:bodyEnded:)`` said stop.
     var fruitlessError: ResumableError {
-        ResumableError(
+        if droppedAnswersInARow > maximumDroppedAnswers {
+            return ResumableError(
+                .redirect,
+                "the server answered \(droppedAnswersInARow) requests in a row with a redirect (or another answer "
+                    + "dropped at its head) without bringing the file \(Self.minimumProgress >> 10) KiB further")
+        }
+        return ResumableError(
             .protocolViolation,
             "the server answered \(fruitlessBodiesInARow) requests in a row without bringing the file further "
                 + "(or by less than \(Self.minimumBodyProgress >> 10) KiB each)")

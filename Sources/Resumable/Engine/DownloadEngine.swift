@@ -225,7 +225,8 @@ final class DownloadEngine: Sendable {
             return .failure(error)
         }
         defer { session.close() }
-        var limits = AttemptLimits(maximumRetries: configuration.retry.maximumRetries)
+        var limits = AttemptLimits(
+            maximumRetries: configuration.retry.maximumRetries, maximumRedirects: configuration.maximumRedirects)
         while true {
             if let stopped = stoppedError() { return .failure(stopped) }
             let (before, plan, asked) = state.withLock { state in

@@ -150,18 +150,32 @@ struct AttemptLimitsTests {
         }
     }
 
-    @Test("Answers dropped at their head (redirects, fall-backs) never count")
-    func headAnswersDoNotCount() {
-        var limits = AttemptLimits(maximumRetries: 3)
-        for _ in 0..<(AttemptLimits.maximumFruitlessBodies * 3) {
+    @Test(
+        "Answers dropped at their head (redirects, fall-backs) have their own limit between answers that bring the floor"
+    )
+    func headAnswersHaveTheirOwnLimit() {
+        var limits = AttemptLimits(maximumRetries: 3, maximumRedirects: 10)
+        #expect(limits.maximumDroppedAnswers == 12)
+        // A whole chain of redirects, a fall-back and a dropped 200 before the first body.
+        for _ in 0..<12 {
             #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: false) == .askAgain)
         }
-        // They do not reset the count of fruitless bodies either.
-        for _ in 0..<AttemptLimits.maximumFruitlessBodies {
-            #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
-        }
+        // A body that brings the floor starts the count again; a short one does not.
         #expect(
-            limits.askingAgain(gained: Self.enough, missing: Self.missing, asked: nil, bodyEnded: false) == .askAgain)
-        #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: true) == .stop)
+            limits.askingAgain(gained: Self.enough, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
+        for _ in 0..<12 {
+            #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: false) == .askAgain)
+        }
+        #expect(limits.askingAgain(gained: 4096, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
+        #expect(limits.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: false) == .stop)
+        #expect(limits.fruitlessError.code == .redirect)
+        // They do not reset the count of fruitless bodies either.
+        var bodies = AttemptLimits(maximumRetries: 3)
+        for _ in 0..<AttemptLimits.maximumFruitlessBodies {
+            #expect(bodies.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: true) == .askAgain)
+        }
+        #expect(bodies.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: false) == .askAgain)
+        #expect(bodies.askingAgain(gained: 0, missing: Self.missing, asked: nil, bodyEnded: true) == .stop)
+        #expect(bodies.fruitlessError.code == .protocolViolation)
     }
 }
