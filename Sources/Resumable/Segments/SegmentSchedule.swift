@@ -162,9 +162,9 @@ struct SegmentSchedule: Sendable {
     /// How many answers this phase joined (206s accepted, the first answer included): what a phase that never made
     /// progress brought is judged per answer, as one connection's attempts are.
     private(set) var joinedAnswers = 1
-    /// The count the server pushed this phase down to (overloaded or refused answers), `nil` while it did not: the
-    /// owner starts its next phase there, so that a server allowing one connection per client does not get the
-    /// configured count's worth of turned-away requests in every phase.
+    /// The count the server pushed this phase down to (overloaded or refused answers; half the count when failures in a
+    /// row ended the phase), `nil` while it did not: the owner starts its next phase there, so that a server allowing
+    /// one connection per client does not get the configured count's worth of turned-away requests in every phase.
     private(set) var loweredTo: Int?
     private var lastError: ResumableError?
     /// The longest time from a request to its first body byte in this phase: what a new request costs.
@@ -366,8 +366,7 @@ struct SegmentSchedule: Sendable {
                 "a segment's 206 covered \(connection.covers - connection.requested.lowerBound) "
                     + "of the \(connection.requested.upperBound - connection.requested.lowerBound) bytes asked")
             failure = (connection.next..<connection.requested.upperBound, error)
-            failuresInARow += 1
-            if failuresInARow > Self.maximumFailuresInARow {
+            if countFailure() {
                 return Step(actions: stopAll(), end: .retry(error), failure: failure)
             }
         } else if connection.stalled {
@@ -376,8 +375,7 @@ struct SegmentSchedule: Sendable {
             let error = ResumableError(
                 .timedOut, "a segment received nothing for \(settings.stallTimeout); it is asked again")
             failure = (connection.next..<connection.end, error)
-            failuresInARow += 1
-            if failuresInARow > Self.maximumFailuresInARow {
+            if countFailure() {
                 return Step(actions: stopAll(), end: .retry(error), failure: failure)
             }
         }
@@ -422,8 +420,19 @@ struct SegmentSchedule: Sendable {
             readOnIntoUnclaimedBytes()
             return nil
         }
+        return countFailure() ? .retry(error) : nil
+    }
+
+    /// Counts a failure in a row; returns whether there are too many, which ends the phase. Its connections then count
+    /// as one failed attempt of the engine's, so the task's later phases open at most half as many (``loweredTo``):
+    /// otherwise a server cutting every segment after a byte gets the count's worth of requests again in every phase
+    /// that follows a phase whose first answer brought 64 KiB.
+    private mutating func countFailure() -> Bool {
         failuresInARow += 1
-        return failuresInARow > Self.maximumFailuresInARow ? .retry(error) : nil
+        guard failuresInARow > Self.maximumFailuresInARow else { return false }
+        let halved = max(1, target / 2)
+        loweredTo = min(loweredTo ?? halved, halved)
+        return true
     }
 
     // MARK: - Time
