@@ -11,12 +11,21 @@ int cresumable_preallocate(int descriptor, int64_t length) {
     if (fstat(descriptor, &status) != 0) return errno;
     if (status.st_size >= length) return 0;
 #if defined(__linux__)
-    for (;;) {
-        if (fallocate(descriptor, 0, 0, (off_t)length) == 0) return 0;
+    // A piece at a time: fallocate holds the file's lock while it works (tmpfs zeroes every page: about 30 ms per
+    // 100 MiB), and the segments writing meanwhile would wait for the whole length at once.
+    const off_t piece = (off_t)8 << 20;
+    off_t start = 0;
+    while (start < (off_t)length) {
+        off_t count = (off_t)length - start < piece ? (off_t)length - start : piece;
+        if (fallocate(descriptor, 0, start, count) == 0) {
+            start += count;
+            continue;
+        }
         if (errno == EINTR) continue;
         if (errno != EOPNOTSUPP && errno != ENOSYS) return errno;
         break;
     }
+    if (start >= (off_t)length) return 0;
 #endif
     // No fallocate here: a sparse file of the full length; blocks are allocated as segments are written.
     while (ftruncate(descriptor, (off_t)length) != 0) {

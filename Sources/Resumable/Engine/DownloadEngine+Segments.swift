@@ -88,6 +88,28 @@ extension DownloadEngine {
                 continuation.yield(.ended(connection: id, error: failure))
             }
         }
+        // Once a second connection is opened, after its request went out, and beside the loop: allocating a large file
+        // takes a while (tmpfs zeroes its pages, and writers wait meanwhile), and fallocate keeps whatever segments wrote
+        // meanwhile. It fails early on a full disk. Not while one connection writes in order (the automatic count's
+        // first window): it would measure the allocation, not the connection.
+        func preallocateIfPending() {
+            let (preallocation, file) = state.withLock { state in
+                defer { state.preallocation = nil }
+                return (state.preallocation, state.file)
+            }
+            guard let preallocation else { return }
+            preallocating = Task {
+                let failure = await Self.offThePool { () -> ResumableError? in
+                    do throws(ResumableError) {
+                        try file.preallocate(length: preallocation)
+                        return nil
+                    } catch {
+                        return error
+                    }
+                }
+                continuation.yield(.preallocated(failure))
+            }
+        }
         func perform(_ actions: [SegmentSchedule.Action]) {
             for action in actions {
                 switch action {
@@ -99,6 +121,7 @@ extension DownloadEngine {
                     connections[id]?.cancel()
                 }
             }
+            if actions.contains(where: { if case .request = $0 { true } else { false } }) { preallocateIfPending() }
         }
         launch(0, request)
         var result: TransferEnd?
@@ -145,26 +168,6 @@ extension DownloadEngine {
                     return state.pendingActions
                 }
                 perform(actions)
-                let (preallocation, file) = state.withLock { state in
-                    defer { state.preallocation = nil }
-                    return (state.preallocation, state.file)
-                }
-                if let preallocation {
-                    // After the requests went out, not before, and beside the loop: allocating a large file takes a
-                    // while (tmpfs zeroes its pages), and fallocate keeps whatever segments wrote meanwhile. It fails
-                    // early on a full disk.
-                    preallocating = Task {
-                        let failure = await Self.offThePool { () -> ResumableError? in
-                            do throws(ResumableError) {
-                                try file.preallocate(length: preallocation)
-                                return nil
-                            } catch {
-                                return error
-                            }
-                        }
-                        continuation.yield(.preallocated(failure))
-                    }
-                }
                 if ticker == nil {
                     ticker = Task {
                         while !Task.isCancelled {

@@ -285,6 +285,26 @@ struct SegmentedEdgeCaseTests {
         #expect(events.segmentsStarted.isEmpty)
     }
 
+    @Test(
+        "automatic: the file is not preallocated while one connection writes it, so its first window measures the link")
+    func automaticPreallocatesWithTheSecondConnection() async throws {
+        let fixture = try DownloadFixture()
+        // Held before the warm-up ends: no count can be decided, and one connection writes the file in order.
+        let length = 32 * Segmented.minimumSegment
+        let held: Int64 = 32 << 10
+        fixture.serve(.generated(length: length, seed: 69))
+        let gate = BodyGate(holdingAfter: held)
+        fixture.server.enqueue(behavior: Behavior(gate: gate), for: Segmented.path)
+        defer { gate.open() }
+        let task = try fixture.download(configuration: Segmented.configuration(.automatic))
+        // Preallocating would have made the file `length` long (tmpfs zeroes every page meanwhile, and the one
+        // connection's writes wait for it): it holds what arrived, no more.
+        try await fixture.waitUntilHeld(at: gate, withOnDisk: held)
+        gate.open()
+        let result = try await task.value
+        #expect(try fixture.file(result.fileURL, holds: length, seed: 69))
+    }
+
     @Test("automatic: the count grows beyond one once the first connection has been measured")
     func automaticRamps() async throws {
         let fixture = try DownloadFixture()
