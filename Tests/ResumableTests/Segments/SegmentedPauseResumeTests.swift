@@ -160,9 +160,14 @@ struct SegmentedPauseResumeTests {
 
     /// Resuming into another directory copies the bytes beside the new destination first. A version 2 token's file is
     /// preallocated to the whole length: only the ranges the token lists are copied, not the length of the file.
-    @Test("Resuming a version 2 token into another directory copies only the bytes the token lists, then finishes")
-    func resumeIntoAnotherDirectoryCopiesOnlyListedBytes() async throws {
+    @Test(
+        "Resuming a version 2 token into another directory copies only the bytes the token lists, then finishes",
+        arguments: [false, true])
+    func resumeIntoAnotherDirectoryCopiesOnlyListedBytes(acrossFileSystems: Bool) async throws {
         let fixture = try DownloadFixture()
+        // On another file system (tmpfs beside the temporary directory's), copy_file_range refuses (EXDEV): the ranges
+        // are copied by reading and writing them.
+        let elsewhere = acrossFileSystems ? try TemporaryDirectory(in: "/dev/shm") : nil
         let token = try await pausedToken(fixture, seed: 47)
         let present = token.presentRanges
         // Bytes in the old file that no token claims (after the first segment's, before the second's) must not come
@@ -174,8 +179,17 @@ struct SegmentedPauseResumeTests {
         try old.close()
         #expect(FileManager.default.fileSize(atPath: token.tempPath) == Self.total, "the old file is preallocated")
 
-        let other = fixture.directory.url.appendingPathComponent("other")
+        let other = (elsewhere?.url ?? fixture.directory.url).appendingPathComponent("other")
         try FileManager.default.createDirectory(at: other, withIntermediateDirectories: true)
+        if acrossFileSystems {
+            func device(_ path: String) throws -> UInt64 {
+                try #require(
+                    (FileManager.default.attributesOfItem(atPath: path)[.systemNumber] as? NSNumber)?.uint64Value)
+            }
+            try #require(
+                try device(other.path) != device(fixture.directory.path),
+                "/dev/shm and \(fixture.directory.path) are on one file system here")
+        }
         fixture.server.clearRequests()
         let gate = BodyGate(holdingAfter: 0)
         fixture.server.enqueue(behavior: Behavior(gate: gate), for: Self.path)

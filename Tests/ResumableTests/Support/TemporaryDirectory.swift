@@ -4,8 +4,9 @@ import Foundation
 final class TemporaryDirectory: Sendable {
     let url: URL
 
-    init() throws {
-        url = URL(fileURLWithPath: NSTemporaryDirectory(), isDirectory: true)
+    /// A new directory in `parent` (the system's temporary directory by default).
+    init(in parent: String = NSTemporaryDirectory()) throws {
+        url = URL(fileURLWithPath: parent, isDirectory: true)
             .appendingPathComponent("resumable-tests-\(UUID().uuidString)", isDirectory: true)
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
