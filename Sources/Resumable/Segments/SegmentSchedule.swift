@@ -424,14 +424,17 @@ struct SegmentSchedule: Sendable {
     }
 
     /// Counts a failure in a row; returns whether there are too many, which ends the phase. Its connections then count
-    /// as one failed attempt of the engine's, so the task's later phases open at most half as many (``loweredTo``):
-    /// otherwise a server cutting every segment after a byte gets the count's worth of requests again in every phase
-    /// that follows a phase whose first answer brought 64 KiB.
+    /// as one failed attempt of the engine's. A phase that never brought the floor (``madeProgress``) also makes the
+    /// task's later phases open at most half as many (``loweredTo``): otherwise a server cutting every segment after a
+    /// byte gets the count's worth of requests again in every phase that follows a phase whose first answer brought
+    /// 64 KiB. One that did bring it (a working link, then one bad moment that cut every connection) keeps the count.
     private mutating func countFailure() -> Bool {
         failuresInARow += 1
         guard failuresInARow > Self.maximumFailuresInARow else { return false }
-        let halved = max(1, target / 2)
-        loweredTo = min(loweredTo ?? halved, halved)
+        if !madeProgress {
+            let halved = max(1, target / 2)
+            loweredTo = min(loweredTo ?? halved, halved)
+        }
         return true
     }
 
