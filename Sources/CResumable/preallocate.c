@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "CResumable.h"
@@ -11,6 +12,17 @@ int cresumable_preallocate(int descriptor, int64_t length) {
     if (fstat(descriptor, &status) != 0) return errno;
     if (status.st_size >= length) return 0;
 #if defined(__linux__)
+    // A piece at a time fills the disk before the piece that does not fit fails, and a failure must leave the disk as
+    // it was (the file keeps what the segments wrote meanwhile, so nothing allocated can be given back): the space is
+    // checked first, as one fallocate of the whole length does.
+    struct statvfs space;
+    if (fstatvfs(descriptor, &space) == 0 && space.f_frsize > 0) {
+        int64_t allocated = (int64_t)status.st_blocks * 512;
+        int64_t needed = length - allocated;
+        // Blocks reserved for the superuser are the superuser's to allocate, as fallocate itself decides.
+        uint64_t available = geteuid() == 0 ? (uint64_t)space.f_bfree : (uint64_t)space.f_bavail;
+        if (needed > 0 && (uint64_t)needed / space.f_frsize > available) return ENOSPC;
+    }
     // A piece at a time: fallocate holds the file's lock while it works (tmpfs zeroes every page: about 30 ms per
     // 100 MiB), and the segments writing meanwhile would wait for the whole length at once.
     const off_t piece = (off_t)8 << 20;
