@@ -68,12 +68,10 @@ struct SegmentedDownloadTests {
         arguments: TransportKind.all)
     func endgameSplitsAHeldSegment(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
-        fixture.serve(.generated(length: Self.total, seed: 14))
         let held = Self.quarters[3]..<Self.total
         let sent: Int64 = 64 << 10
-        let gate = BodyGate(holdingAfter: sent)
+        let gate = fixture.serveHoldingSegment(seed: 14, at: held.lowerBound, after: sent)
         defer { gate.open() }
-        fixture.server.enqueue(behavior: Behavior(gate: gate), for: Self.path, whenRangeStartsAt: held.lowerBound)
         let task = try fixture.download(configuration: Segmented.configuration(.fixed(4)))
         #expect(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
         // Work stealing alone leaves the held connection up to two minimum segments (512 KiB here); at the end, the
@@ -101,11 +99,9 @@ struct SegmentedDownloadTests {
         arguments: TransportKind.all)
     func workStealing(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
-        fixture.serve(.generated(length: Self.total, seed: 12))
         let held = Self.quarters[2]..<Self.quarters[3]
         let sent: Int64 = 64 << 10
-        let gate = BodyGate(holdingAfter: sent)
-        fixture.server.enqueue(behavior: Behavior(gate: gate), for: Self.path, whenRangeStartsAt: held.lowerBound)
+        let gate = fixture.serveHoldingSegment(seed: 12, at: held.lowerBound, after: sent)
         let events = EventLog()
         let task = try fixture.download(configuration: Segmented.configuration(.fixed(4), events: events))
         #expect(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")

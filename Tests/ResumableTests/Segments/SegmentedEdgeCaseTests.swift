@@ -94,15 +94,11 @@ struct SegmentedEdgeCaseTests {
         arguments: TransportKind.all)
     func lastSegmentCut(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
-        fixture.serve(.generated(length: Self.total, seed: 65))
         let held = Self.quarters[3]..<Self.total
         let sent: Int64 = 64 << 10
-        let gate = BodyGate(holdingAfter: sent)
-        defer { gate.open() }
         // Held after 64 KiB; once let go, the connection is cut after 128 KiB.
-        fixture.server.enqueue(
-            behavior: Behavior(dropAfterBytes: 2 * sent, gate: gate), for: Self.path, whenRangeStartsAt: held.lowerBound
-        )
+        let gate = fixture.serveHoldingSegment(seed: 65, at: held.lowerBound, after: sent, dropAfter: 2 * sent)
+        defer { gate.open() }
         let events = EventLog()
         let task = try fixture.download(configuration: Segmented.configuration(.fixed(4), events: events))
         #expect(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
