@@ -21,7 +21,8 @@ int cresumable_preallocate(int descriptor, int64_t length) {
         int64_t needed = length - allocated;
         // Blocks reserved for the superuser are the superuser's to allocate, as fallocate itself decides.
         uint64_t available = geteuid() == 0 ? (uint64_t)space.f_bfree : (uint64_t)space.f_bavail;
-        if (needed > 0 && (uint64_t)needed / space.f_frsize > available) return ENOSPC;
+        // Whole blocks, rounded up: a file one byte too large must not pass.
+        if (needed > 0 && ((uint64_t)needed - 1) / space.f_frsize + 1 > available) return ENOSPC;
     }
     // A piece at a time: fallocate holds the file's lock while it works (tmpfs zeroes every page: about 30 ms per
     // 100 MiB), and the segments writing meanwhile would wait for the whole length at once.
