@@ -169,6 +169,10 @@ struct SegmentSchedule: Sendable {
     private var lastError: ResumableError?
     /// The longest time from a request to its first body byte in this phase: what a new request costs.
     private var longestLatency: Duration?
+    /// The most connections that received body bytes at once in this phase: a server that turns connections away
+    /// beside that many has no limit below it (a bad moment, a backend restarting), and later phases are not held
+    /// under it (``loweredTo``).
+    private var mostReceivingAtOnce = 0
 
     /// A phase whose first segment is the accepted response `probe` of `basis`, read by connection `probeConnection`.
     init(
@@ -265,7 +269,8 @@ struct SegmentSchedule: Sendable {
         let start = connection.next
         // Another connection may have taken over the rest meanwhile: only bytes up to the end count here.
         let count = Int(min(Int64(count), max(connection.end - connection.next, 0)))
-        if !connection.received {
+        let firstByte = !connection.received
+        if firstByte {
             connection.firstByteAt = now
             connection.firstBytePosition = start
             if let requestedAt = connection.requestedAt {
@@ -279,6 +284,9 @@ struct SegmentSchedule: Sendable {
         bytesWritten += Int64(count)
         connection.writtenAtLastActivity = bytesWritten
         connections[id] = connection
+        if firstByte {
+            mostReceivingAtOnce = max(mostReceivingAtOnce, connections.values.count { $0.received && !$0.stopped })
+        }
         if case .warmingUp = ramp, bytesWritten >= rampBytesPerConnection / 2 {
             // Measured from the write that ends the warm-up, not from the next tick: a server sending in bursts
             // (nginx under `limit_rate`) sends the first one at once, and the window then holds whole bursts.
@@ -415,7 +423,9 @@ struct SegmentSchedule: Sendable {
             // Only the connections still working: a stopped one whose transfer has not returned yet is not one of
             // them, or each 503 meanwhile would open a replacement.
             target = max(1, min(target, connections.values.count { !$0.stopped }))
-            loweredTo = min(loweredTo ?? target, target)
+            // Later phases: no fewer than received at once in this one, which no limit of the server's is below.
+            let remembered = max(target, mostReceivingAtOnce)
+            loweredTo = min(loweredTo ?? remembered, remembered)
             ramp = .backedOff
             readOnIntoUnclaimedBytes()
             return nil
@@ -702,7 +712,8 @@ struct SegmentSchedule: Sendable {
             let brought = connection.next - connection.firstBytePosition
             guard remaining >= 2 * Self.endgamePieceLength, brought > 0, let firstByteAt = connection.firstByteAt
             else { continue }
-            let timeLeft = (now - firstByteAt) * (Double(remaining) / Double(brought))
+            // The ratio is capped: a rest a million times what arrived is long enough, and the product stays finite.
+            let timeLeft = (now - firstByteAt) * min(Double(remaining) / Double(brought), 1_000_000)
             guard timeLeft >= latency * Self.endgameLatencyFactor else { continue }
             if let current = best, current.remaining > remaining || (current.remaining == remaining && current.id < id)
             {
