@@ -15,12 +15,14 @@ int cresumable_preallocate(int descriptor, int64_t length) {
     // A piece at a time fills the disk before the piece that does not fit fails, and a failure must leave the disk as
     // it was (the file keeps what the segments wrote meanwhile, so nothing allocated can be given back): the space is
     // checked first, as one fallocate of the whole length does.
+    // A file system that does not count its blocks (tmpfs with size=0, ramfs, many FUSE ones) reports 0 of them: not
+    // full, unknown. The blocks reserved for the superuser are not counted as free: a superuser without
+    // CAP_SYS_RESOURCE (a container) cannot allocate them, and a download has no business filling them anyway.
     struct statvfs space;
-    if (fstatvfs(descriptor, &space) == 0 && space.f_frsize > 0) {
+    if (fstatvfs(descriptor, &space) == 0 && space.f_frsize > 0 && space.f_blocks > 0) {
         int64_t allocated = (int64_t)status.st_blocks * 512;
         int64_t needed = length - allocated;
-        // Blocks reserved for the superuser are the superuser's to allocate, as fallocate itself decides.
-        uint64_t available = geteuid() == 0 ? (uint64_t)space.f_bfree : (uint64_t)space.f_bavail;
+        uint64_t available = (uint64_t)space.f_bavail;
         // Whole blocks, rounded up: a file one byte too large must not pass.
         if (needed > 0 && ((uint64_t)needed - 1) / space.f_frsize + 1 > available) return ENOSPC;
     }
