@@ -5,7 +5,8 @@ import Testing
 
 @testable import Resumable
 
-/// A small tmpfs the test mounts (root only), so the disk really fills up with `ENOSPC`.
+/// A file system the test mounts (root only): a small tmpfs, so the disk really fills up with `ENOSPC`, or another
+/// kind (`mount(_:options:)`).
 final class SmallFileSystem {
     let directory: TemporaryDirectory
     private(set) var mounted = false
@@ -16,13 +17,16 @@ final class SmallFileSystem {
 
     /// A mounted tmpfs of `kilobytes`, or `nil` when it cannot be mounted (not root, or not allowed).
     static func mount(kilobytes: Int) async throws -> SmallFileSystem? {
+        try await mount("tmpfs", options: "size=\(kilobytes)k")
+    }
+
+    /// A mounted file system of `type` with `options`, or `nil` when it cannot be mounted (not root, or not allowed).
+    static func mount(_ type: String, options: String? = nil) async throws -> SmallFileSystem? {
         let system = SmallFileSystem(directory: try TemporaryDirectory())
         guard geteuid() == 0 else { return nil }
         let path = system.directory.path
-        guard try await onOwnThread({ run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(kilobytes)k", "tmpfs", path]) })
-        else {
-            return nil
-        }
+        let arguments = ["-t", type] + (options.map { ["-o", $0] } ?? []) + [type, path]
+        guard try await onOwnThread({ run("/bin/mount", arguments) }) else { return nil }
         system.mounted = true
         return system
     }

@@ -72,11 +72,7 @@ struct EndgameAndPhaseLimitAttackTests {
         moment.open()
         #expect(try await waitUntil { retried.withLock { $0 } }, "the phase ended by failures in a row")
         // The link is fine again: the next phase should open as many connections as the first one did.
-        let sixteen = await later.waitUntilHeld(count: 16, timeout: .seconds(20))
-        let held = later.heldCount
-        later.open()
-        let result = try await task.value
-        #expect(try fixture.file(result.fileURL, holds: total, seed: seed))
+        let (sixteen, held) = try await fixture.nextPhaseHolds(16, at: later, task: task, total: total, seed: seed)
         #expect(
             sixteen,
             "after one moment that reset the connections of a phase that had brought 512 KiB, the next phase opened \(held) connections, not 16"

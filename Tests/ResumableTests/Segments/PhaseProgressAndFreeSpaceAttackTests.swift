@@ -89,11 +89,7 @@ struct PhaseProgressAndFreeSpaceAttackTests {
         // The rest of the moment: the other seven reset (the ninth failure in a row ends the phase).
         second.open()
         #expect(try await waitUntil { retried.withLock { $0 } }, "the phase ended by failures in a row")
-        let sixteen = await later.waitUntilHeld(count: 16, timeout: .seconds(20))
-        let held = later.heldCount
-        later.open()
-        let result = try await task.value
-        #expect(try fixture.file(result.fileURL, holds: total, seed: seed))
+        let (sixteen, held) = try await fixture.nextPhaseHolds(16, at: later, task: task, total: total, seed: seed)
         #expect(
             sixteen,
             "after one moment that reset 8 of 16 working connections and turned away their replacements, the next phase opened \(held) connections, not 16"

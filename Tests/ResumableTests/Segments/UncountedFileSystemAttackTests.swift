@@ -1,6 +1,5 @@
 import Foundation
 import LoopbackServer
-import ProcessSpawning
 import Testing
 
 @testable import Resumable
@@ -8,39 +7,6 @@ import Testing
 #if canImport(Glibc)
     import Glibc
 #endif
-
-/// A file system that reports no blocks at all in `statvfs` (`f_blocks == f_bfree == f_bavail == 0`): a tmpfs mounted
-/// with `size=0` ("no limit", documented in tmpfs(5)) and ramfs both do, and so do several FUSE file systems. Zero
-/// there means "not counted", not "full".
-final class UncountedFileSystem {
-    let directory: TemporaryDirectory
-    private(set) var mounted = false
-
-    private init(directory: TemporaryDirectory) {
-        self.directory = directory
-    }
-
-    /// `type` "tmpfs" (mounted with `size=0`) or "ramfs"; `nil` when it cannot be mounted (not root).
-    static func mount(_ type: String) async throws -> UncountedFileSystem? {
-        let system = UncountedFileSystem(directory: try TemporaryDirectory())
-        guard geteuid() == 0 else { return nil }
-        let path = system.directory.path
-        let options = type == "tmpfs" ? ["-o", "size=0"] : []
-        guard try await onOwnThread({ run("/bin/mount", ["-t", type] + options + [type, path]) }) else { return nil }
-        system.mounted = true
-        return system
-    }
-
-    deinit {
-        if mounted { _ = Self.run("/bin/umount", ["-l", directory.path]) }
-    }
-
-    private static func run(_ tool: String, _ arguments: [String]) -> Bool {
-        let result = try? SpawnedProcess.run(
-            executable: URL(fileURLWithPath: tool), arguments: arguments, standardError: .nullDevice)
-        return result?.termination == .exited(0)
-    }
-}
 
 /// Adversarial review of a531c5f (the remembered count) and d4de53c / c7e1922 (the free-space check before
 /// preallocating).
@@ -57,7 +23,7 @@ struct UncountedFileSystemAttackTests {
         "A file system that reports no block counts (tmpfs size=0, ramfs): a multi-connection download finishes",
         arguments: ["tmpfs", "ramfs"])
     func uncountedFileSystemIsNotFull(type: String) async throws {
-        guard let disk = try await UncountedFileSystem.mount(type) else {
+        guard let disk = try await SmallFileSystem.mount(type, options: type == "tmpfs" ? "size=0" : nil) else {
             print("⚠️ cannot mount a \(type) (needs root): uncountedFileSystemIsNotFull did not run")
             return
         }
