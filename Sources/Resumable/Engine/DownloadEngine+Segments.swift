@@ -123,6 +123,21 @@ extension DownloadEngine {
             }
             if actions.contains(where: { if case .request = $0 { true } else { false } }) { preallocateIfPending() }
         }
+        // Stops every connection and hands the phase's bytes and its end to the machine, which decides what follows.
+        func endPhase(_ end: ResumeStateMachine.SegmentsEnd) async -> TransferEnd {
+            await stopAll(connections)
+            connections = [:]
+            return state.withLock { state in
+                defer { state.segments = nil }
+                if let lowered = state.segments?.loweredTo {
+                    state.connectionCeiling = min(state.connectionCeiling ?? lowered, lowered)
+                }
+                let outcome = state.machine.segmentsEnded(end, present: state.segments?.present ?? ByteRangeSet())
+                return .segments(
+                    outcome, progressed: state.segments?.madeProgress ?? false,
+                    answers: state.segments?.joinedAnswers ?? 1)
+            }
+        }
         launch(0, request)
         var result: TransferEnd?
         // Ends early when the task is cancelled (a pause, the deadline): the connections are stopped below.
@@ -144,22 +159,7 @@ extension DownloadEngine {
                 }
                 perform(step.actions)
                 if let end = step.end {
-                    await stopAll(connections)
-                    connections = [:]
-                    let (outcome, progressed, answers) = state.withLock { state in
-                        defer { state.segments = nil }  // The machine has the phase's bytes and decided what follows.
-                        if let lowered = state.segments?.loweredTo {
-                            state.connectionCeiling = min(state.connectionCeiling ?? lowered, lowered)
-                        }
-                        let (progressed, answers) = (
-                            state.segments?.madeProgress ?? false, state.segments?.joinedAnswers ?? 1
-                        )
-                        return (
-                            state.machine.segmentsEnded(end, present: state.segments?.present ?? ByteRangeSet()),
-                            progressed, answers
-                        )
-                    }
-                    result = .segments(outcome, progressed: progressed, answers: answers)
+                    result = await endPhase(end)
                     break loop
                 }
             case .wake:
@@ -181,14 +181,7 @@ extension DownloadEngine {
                 perform(step.actions)
             case .preallocated(let failure):
                 guard let failure else { continue }
-                await stopAll(connections)
-                connections = [:]
-                let outcome = state.withLock { state in
-                    defer { state.segments = nil }
-                    return state.machine.segmentsEnded(
-                        .fail(failure), present: state.segments?.present ?? ByteRangeSet())
-                }
-                result = .segments(outcome, progressed: false, answers: 1)
+                result = await endPhase(.fail(failure))
                 break loop
             }
         }

@@ -706,24 +706,24 @@ struct SegmentSchedule: Sendable {
     /// seen.
     private mutating func takeEndgameWork(now: ContinuousClock.Instant) -> Range<Int64>? {
         guard let latency = longestLatency else { return nil }
-        var best: (id: Int, remaining: Int64)?
-        for (id, connection) in connections where connection.accepted && !connection.stopped {
+        let candidates = connections.filter { _, connection in
             let remaining = connection.end - connection.next
             let brought = connection.next - connection.firstBytePosition
-            guard remaining >= 2 * Self.endgamePieceLength, brought > 0, let firstByteAt = connection.firstByteAt
-            else { continue }
+            guard connection.accepted, !connection.stopped, remaining >= 2 * Self.endgamePieceLength, brought > 0,
+                let firstByteAt = connection.firstByteAt
+            else { return false }
             // The ratio is capped: a rest a million times what arrived is long enough, and the product stays finite.
             let timeLeft = (now - firstByteAt) * min(Double(remaining) / Double(brought), 1_000_000)
-            guard timeLeft >= latency * Self.endgameLatencyFactor else { continue }
-            if let current = best, current.remaining > remaining || (current.remaining == remaining && current.id < id)
-            {
-                continue
-            }
-            best = (id, remaining)
+            return timeLeft >= latency * Self.endgameLatencyFactor
         }
-        guard let best, let victim = connections[best.id] else { return nil }
-        let split = victim.next + best.remaining / 2
-        connections[best.id]?.end = split
+        // The most bytes left; the lowest identifier among equals, as ``takeWork(sharingWith:share:now:)`` chooses.
+        guard
+            let (id, victim) = candidates.max(by: {
+                ($0.value.end - $0.value.next, $1.key) < ($1.value.end - $1.value.next, $0.key)
+            })
+        else { return nil }
+        let split = victim.next + (victim.end - victim.next) / 2
+        connections[id]?.end = split
         return split..<victim.end
     }
 }
