@@ -66,7 +66,9 @@ final class DownloadEngine: Sendable {
     let state: Mutex<State>
 
     /// The file a resume copied its bytes from into ``State/file``'s directory (``DownloadTask/resume(from:destination:replacingURL:configuration:)``):
-    /// kept and locked until the task ends, then removed.
+    /// kept and locked until the task ends, then removed; unless the task ends with no token naming the copy (its last
+    /// flush failed, and no checkpoint handler recorded one): the copy goes then, and this file stays for the caller's
+    /// token.
     let relocatedFrom: PartialFile?
 
     init(
@@ -140,6 +142,8 @@ final class DownloadEngine: Sendable {
     /// file. Blocks on the disk.
     private func conclude(_ result: Result<DownloadResult, ResumableError>) -> Result<DownloadResult, ResumableError> {
         var result = result
+        // Whether the file a resume copied its bytes from stays: only when no token names the copy.
+        var keepsRelocatedFrom = false
         let (file, hasher) = state.withLock { state in
             state.concluded = true
             return (state.file, state.hasher)
@@ -168,6 +172,12 @@ final class DownloadEngine: Sendable {
                 // Nothing is left to resume: a token saved before must not outlive the file it names. It goes first,
                 // so a crash in between leaves at most a file without a token, never a token without its bytes.
                 if configuration.checkpointing?.abandoned?(file.path) ?? true { file.remove() }
+            } else if token == nil, relocatedFrom != nil, configuration.checkpointing == nil {
+                // The flush failed after a resume into another directory, and no handler recorded a token naming the
+                // copy: the caller's token, which names the file the bytes were copied from, is all there is. That
+                // file stays, untouched since the resume; the copy, which nothing names, goes.
+                keepsRelocatedFrom = true
+                file.remove()
             }
             error.resumeToken = token
             state.withLock { $0.finalToken = token }
@@ -179,7 +189,7 @@ final class DownloadEngine: Sendable {
         writebackQueue.sync {}
         // Every token since the resume names the copy: the file it was copied from goes.
         if let relocatedFrom {
-            relocatedFrom.remove()
+            if !keepsRelocatedFrom { relocatedFrom.remove() }
             relocatedFrom.release()
         }
         if case .success = result { configuration.checkpointing?.finished?(file.path) }

@@ -59,6 +59,28 @@ package enum DurableSteps {
         #endif
     }
 
+    #if DEBUG
+        /// What ``failing(_:under:errno:)`` set: steps of a kind on paths under a prefix fail with an `errno`.
+        private static let injectedFailures = Mutex<[(kind: Kind, prefix: String, errno: Int32)]>([])
+
+        /// Test seam (debug builds): from now on, every step of `kind` on a path that starts with `prefix` fails with
+        /// `errno` before it is attempted, as a failing disk would make it fail; `nil` ends that. For the steps whose
+        /// failure cannot be provoked on a healthy machine (a flush), in-process, so each test names its own directory.
+        package static func failing(_ kind: Kind, under prefix: String, errno code: Int32?) {
+            injectedFailures.withLock { failures in
+                failures.removeAll { $0.kind == kind && $0.prefix == prefix }
+                if let code { failures.append((kind, prefix, code)) }
+            }
+        }
+
+        /// The `errno` a step of `kind` on `path` fails with (``failing(_:under:errno:)``), or `nil`.
+        static func injectedFailure(_ kind: Kind, _ path: String) -> Int32? {
+            injectedFailures.withLock { failures in
+                failures.first { $0.kind == kind && path.utf8.starts(with: $0.prefix.utf8) }?.errno
+            }
+        }
+    #endif
+
     /// Flushes `directory`'s entries (a rename or unlink in it), best effort: after a token write, a finished
     /// file's move and a record's removal. `""` is the current directory.
     static func flushDirectory(_ directory: String) {

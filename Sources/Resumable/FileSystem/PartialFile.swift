@@ -157,6 +157,11 @@ final class PartialFile: Sendable {
     /// `F_FULLFSYNC` asks the drive to flush too, and where a file system does not support it, `fsync` is the best
     /// there is.
     func synchronize() throws(ResumableError) {
+        #if DEBUG
+            if let injected = DurableSteps.injectedFailure(.flush, path) {
+                throw .fileSystem("flushing", path: path, errno: injected)
+            }
+        #endif
         #if canImport(Glibc)
             let result = fdatasync(descriptor)
         #elseif canImport(Darwin)
