@@ -773,7 +773,12 @@ public actor DownloadQueue {
             summary.cancelled += 1
             send(.cancelled(id))
             perform(schedule.ended(id, paused: false))
-        case .failure(let error):
+        case .failure(var error):
+            // The task hands out no token when its last flush failed; the record's, written after an earlier flush,
+            // still describes bytes on disk (unless the task gave its file up and only the record's rewrite failed).
+            if error.resumeToken == nil, store?.keepsAbandonedFile(id) != true {
+                error.resumeToken = store?.record(id)?.token
+            }
             if let token = error.resumeToken {
                 entry.token = token
                 entry.progress = DownloadProgress(
@@ -802,25 +807,17 @@ public actor DownloadQueue {
                 send(.paused(id))
                 perform(schedule.ended(id, paused: true))
             } else if configuration.keepsFailuresForGood {
-                // It stays, failed, until resumed or cancelled. Its record was rewritten without a token before its
-                // temporary file went (`abandoned`), and now says why. A record that still holds a token (the last
-                // flush failed, so the task handed none out) describes bytes on disk: it is resumed from them.
-                let stored = store?.keepsAbandonedFile(id) == true ? nil : store?.record(id)?.token
-                var failure = error
-                failure.resumeToken = stored
-                entry.token = stored
-                entry.failure = failure
-                // Nothing to resume and nothing that may pass (a 503 until the retries ran out, a full disk): for good.
-                entry.failedForGood = stored == nil && Self.isForGood(error)
-                entry.progress = stored.map {
-                    DownloadProgress(
-                        bytesOnDisk: $0.bytesCovered, expectedLength: $0.expectedLength, resumedAtOffset: $0.offset,
-                        bytesTransferred: 0, bytesPerSecond: 0)
-                }
+                // Nothing to resume: it stays, failed, until resumed (from byte 0) or cancelled. Its record was
+                // rewritten without a token before its temporary file went (`abandoned`), and now says why.
+                entry.token = nil
+                entry.failure = error
+                // Nothing that may pass either (a 503 until the retries ran out, a full disk): for good.
+                entry.failedForGood = Self.isForGood(error)
+                entry.progress = nil
                 entries[id] = entry
                 try? persist(id, state: .failed, running: false)
                 summary.failed += 1
-                send(.failed(id, failure))
+                send(.failed(id, error))
                 perform(schedule.ended(id, paused: true))
             } else {
                 entries[id] = nil

@@ -65,4 +65,67 @@ struct FailingFlushTests {
         #expect(try fixture.contents(of: result.fileURL) == bytes)
         #expect(fixture.ranges().last == "bytes=100000-")
     }
+
+    /// A queue's download paused while its record holds a checkpoint; the pause's last flush fails, so the task hands
+    /// out no token. The record's token still describes bytes on disk (they were flushed before it was written): the
+    /// download stays paused with them, and resuming continues from them instead of starting again.
+    @Test("A queue's download whose pause cannot flush keeps the checkpoint its record holds, and resumes from it")
+    func failedFlushAtPauseKeepsTheRecordedCheckpoint() async throws {
+        let fixture = try DownloadFixture(transport: .libcurl, keepAlive: true)
+        defer { fixture.server.shutdown() }
+        let bytes = testBytes(count: 1 << 20, seed: 72)
+        let gate = fixture.serveHeld(.bytes(bytes), after: 100_000, at: "/held.bin")
+        defer { gate.open() }
+        let output = fixture.directory.url.appendingPathComponent("out")
+        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
+        let state = fixture.directory.url.appendingPathComponent("state")
+        var configuration = DownloadFixture.configuration(retries: 2, transport: .libcurl)
+        configuration.connections = .single
+        let queue = DownloadQueue(
+            configuration: .init(maximumConcurrentDownloads: 1, download: configuration),
+            store: try TaskStore(directory: state))
+        let id = try await queue.add(fixture.server.url(for: "/held.bin"), destination: .directory(output))
+        let partial = state.appendingPathComponent("partial").path
+        try #require(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
+        try #require(try await waitUntilTemporaryFiles(in: partial, count: 1, eachHolding: 100_000))
+        // A checkpoint is taken only while bytes arrive: let them trickle until the record holds a token.
+        let recordFile = state.appendingPathComponent("tasks/\(id).json").path
+        var recorded: Int64 = 0
+        let checkpointed = try await waitUntil {
+            recorded = QueueReleaseAttackTests.recordTokenOffset(recordFile) ?? 0
+            if recorded >= 100_000 { return true }
+            if gate.heldCount > 0 { gate.advance(by: 4096) }
+            return false
+        }
+        try #require(checkpointed, "the record never got a token: \(gate)")
+
+        DurableSteps.failing(.flush, under: partial, errno: EIO)
+        defer { DurableSteps.failing(.flush, under: partial, errno: nil) }
+        let events = await queue.events()
+        await queue.pause(id)
+        var ended: DownloadQueue.Event?
+        for await event in events {
+            switch event {
+            case .paused(id), .failed(id, _), .cancelled(id): ended = event
+            default: continue
+            }
+            break
+        }
+        if case .paused = ended {
+        } else {
+            Issue.record("the download did not pause: \(String(describing: ended))")
+        }
+        DurableSteps.failing(.flush, under: partial, errno: nil)
+        #expect(
+            QueueReleaseAttackTests.recordTokenOffset(recordFile) ?? 0 >= recorded,
+            "the record lost the checkpoint its bytes are described by")
+
+        fixture.server.clearRequests()
+        gate.open()
+        await queue.resume(id)
+        _ = await queue.waitUntilIdle()
+        #expect((try? fixture.contents(of: output.appendingPathComponent("held.bin"))) == bytes)
+        let first = fixture.server.requests(for: "/held.bin").first?.range
+        #expect(first == "bytes=\(recorded)-", "resumed with \(String(describing: first)), not from the checkpoint")
+    }
 }
