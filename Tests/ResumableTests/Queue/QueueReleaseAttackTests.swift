@@ -14,15 +14,6 @@ struct QueueReleaseAttackTests {
         return configuration
     }
 
-    /// The offset of the token in the record file at `path`, if it has one.
-    static func recordTokenOffset(_ path: String) -> Int64? {
-        guard let data = FileManager.default.contents(atPath: path),
-            let record = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let token = record["token"] as? [String: Any]
-        else { return nil }
-        return (token["offset"] as? NSNumber)?.int64Value
-    }
-
     /// Rule broken: nothing downloaded is lost without need (a token and a temporary file that resume from where the
     /// data stopped), and one queue per store (`docs/task-store.md`: "the second must fail cleanly").
     ///
@@ -53,13 +44,8 @@ struct QueueReleaseAttackTests {
         try #require(try await waitUntilTemporaryFiles(in: partial, count: 1, eachHolding: 100_000))
         let recordFile = state.appendingPathComponent("tasks/\(id).json").path
         try #require(FileManager.default.fileExists(atPath: recordFile))
-        // A checkpoint is taken only while bytes arrive: let them trickle until the record holds a token.
-        let checkpointed = try await waitUntil {
-            if Self.recordTokenOffset(recordFile) ?? 0 >= 100_000 { return true }
-            if gate.heldCount > 0 { gate.advance(by: 4096) }
-            return false
-        }
-        try #require(checkpointed, "the record never got a token: \(gate)")
+        let checkpointed = try await trickleUntilRecorded(gate, recordFile: recordFile, atLeast: 100_000)
+        try #require(checkpointed != nil, "the record never got a token: \(gate)")
 
         // The mistake: a second queue on the same store object. It may refuse, or restore nothing it cannot run;
         // it must not take the running download's record away.

@@ -88,16 +88,10 @@ struct FailingFlushTests {
         let partial = state.appendingPathComponent("partial").path
         try #require(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
         try #require(try await waitUntilTemporaryFiles(in: partial, count: 1, eachHolding: 100_000))
-        // A checkpoint is taken only while bytes arrive: let them trickle until the record holds a token.
         let recordFile = state.appendingPathComponent("tasks/\(id).json").path
-        var recorded: Int64 = 0
-        let checkpointed = try await waitUntil {
-            recorded = QueueReleaseAttackTests.recordTokenOffset(recordFile) ?? 0
-            if recorded >= 100_000 { return true }
-            if gate.heldCount > 0 { gate.advance(by: 4096) }
-            return false
-        }
-        try #require(checkpointed, "the record never got a token: \(gate)")
+        let recorded = try #require(
+            try await trickleUntilRecorded(gate, recordFile: recordFile, atLeast: 100_000),
+            "the record never got a token: \(gate)")
 
         DurableSteps.failing(.flush, under: partial, errno: EIO)
         defer { DurableSteps.failing(.flush, under: partial, errno: nil) }
@@ -117,7 +111,7 @@ struct FailingFlushTests {
         }
         DurableSteps.failing(.flush, under: partial, errno: nil)
         #expect(
-            QueueReleaseAttackTests.recordTokenOffset(recordFile) ?? 0 >= recorded,
+            recordTokenOffset(recordFile) ?? 0 >= recorded,
             "the record lost the checkpoint its bytes are described by")
 
         fixture.server.clearRequests()

@@ -117,3 +117,25 @@ func trickle(
         thread.start()
     }
 }
+
+/// The offset of the token in the task record file at `path`, if it has one.
+func recordTokenOffset(_ path: String) -> Int64? {
+    guard let data = FileManager.default.contents(atPath: path),
+        let record = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+        let token = record["token"] as? [String: Any]
+    else { return nil }
+    return (token["offset"] as? NSNumber)?.int64Value
+}
+
+/// Lets a queue's held download go on 4 KiB at a time until its record at `recordFile` holds a token of at least
+/// `bytes` (a checkpoint is taken only while bytes arrive); returns that token's offset, or `nil` on the deadline.
+func trickleUntilRecorded(_ gate: BodyGate, recordFile: String, atLeast bytes: Int64) async throws -> Int64? {
+    var recorded: Int64 = 0
+    let reached = try await waitUntil {
+        recorded = recordTokenOffset(recordFile) ?? 0
+        if recorded >= bytes { return true }
+        if gate.heldCount > 0 { gate.advance(by: 4096) }
+        return false
+    }
+    return reached ? recorded : nil
+}
