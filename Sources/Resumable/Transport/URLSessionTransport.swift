@@ -22,6 +22,10 @@ import Synchronization
 ///   the consumer sees only the final head. Apple's Foundation never reports them there.
 /// - It ignores the disposition given to that callback's completion handler, so `.cancel` alone would let the
 ///   body flow on. A declined head cancels the data task as well, and nothing after it reaches the consumer.
+/// - The completion handler of `urlSession(_:task:willPerformHTTPRedirection:newRequest:completionHandler:)` traps
+///   the process when the task was cancelled or timed out while the call waited on the delegate queue (see
+///   ``TaskRouter``). It is never called: a redirect's head reaches the consumer from that call, and the task is
+///   cancelled there; the redirect's body is never read.
 ///
 /// Memory is bounded on Linux by the session's delegate queue, a ``URLSessionDeliveryQueue``: while 64 callbacks
 /// (1 MiB) wait for the consumer, the session stops reading from the socket, because swift-corelibs-foundation
@@ -222,6 +226,9 @@ private protocol RoutedRequest: AnyObject, Sendable {
         dataTask: URLSessionDataTask,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void)
     func didReceive(_ data: Data, dataTask: URLSessionDataTask)
+    /// A redirect's head arrived (`willPerformHTTPRedirection`): the request ends with it, and `task` must be
+    /// cancelled (see ``TaskRouter``).
+    func didRedirect(_ response: HTTPURLResponse, task: URLSessionTask)
     func didComplete(error: (any Error)?)
     /// Ends the request at once with a cancellation: its session was closed.
     func abandon()
@@ -307,8 +314,19 @@ private final class TaskRouter: NSObject, URLSessionDataDelegate, Sendable {
         newRequest request: URLRequest,
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     ) {
-        // The engine follows redirects itself, so it can bound hops, detect loops and drop credentials.
-        completionHandler(nil)
+        // The engine follows redirects itself, so it can bound hops, detect loops and drop credentials: the redirect
+        // is the request's answer. `completionHandler` is never called, whatever the answer. swift-corelibs-foundation
+        // waits for it in a state of its own (`waitingForRedirectCompletionHandler`), which a cancel
+        // (`stopLoading()`) or the request's idle timer leaves, on the task's work queue, while this call waits on
+        // the delegate queue: behind other requests' callbacks, for as long as a slow consumer takes. Called after
+        // either, the handler traps the process ("Received callback for HTTP redirection, but we're not waiting for
+        // it", `HTTPURLProtocol.swift`). Cancelling the task instead ends it from any of those states, with a failure
+        // report the request reads as the redirect's end (its head reached the consumer) or as the cancel it was.
+        guard let routed = self.request(for: task) else {
+            cancellation.cancel(task)
+            return
+        }
+        routed.didRedirect(response, task: task)
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
@@ -455,14 +473,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             cancellation.cancel(dataTask)
             return
         }
-        var headers: [HTTPHeader] = []
-        for (name, value) in http.allHeaderFields {
-            // The optional whitespace around a value is not part of it (RFC 9110 §5.5), as the libcurl transport
-            // reads it: a validator stored by one transport must compare equal when the other resumes.
-            headers.append(
-                HTTPHeader(name: "\(name)", value: HeadCollector.trimmingWhitespace("\(value)"[...])))
-        }
-        let head = ResponseHead(status: http.statusCode, headers: headers)
+        let head = Self.head(of: http)
         let accepted = delivery.withLock { abandoned in !abandoned && consumer.receive(head) }
         if accepted {
             completionHandler(.allow)
@@ -472,6 +483,42 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             // swift-corelibs-foundation ignores the disposition: cancel the task so the body stops here.
             cancellation.cancel(dataTask)
         }
+    }
+
+    /// The redirect's head goes to the consumer as any final head does, and the task is cancelled: the request ends
+    /// with the head (see ``TaskRouter``). A consumer that accepts it gets no body, and the request fails.
+    func didRedirect(_ response: HTTPURLResponse, task: URLSessionTask) {
+        let deliver = state.withLock { state in
+            state.headArrived = true
+            guard !state.headDelivered, !state.finished, !state.cancelled else { return false }
+            state.headDelivered = true
+            return true
+        }
+        if deliver {
+            let head = Self.head(of: response)
+            let accepted = delivery.withLock { abandoned in !abandoned && consumer.receive(head) }
+            state.withLock { state in
+                if accepted {
+                    state.consumerError = ResumableError(
+                        .redirect, "the URLSession transport does not read the body of a \(head.status) redirect")
+                } else {
+                    state.declined = true
+                }
+            }
+        }
+        cancellation.cancel(task)
+    }
+
+    /// The head of `http`, as the consumer receives it.
+    private static func head(of http: HTTPURLResponse) -> ResponseHead {
+        var headers: [HTTPHeader] = []
+        for (name, value) in http.allHeaderFields {
+            // The optional whitespace around a value is not part of it (RFC 9110 §5.5), as the libcurl transport
+            // reads it: a validator stored by one transport must compare equal when the other resumes.
+            headers.append(
+                HTTPHeader(name: "\(name)", value: HeadCollector.trimmingWhitespace("\(value)"[...])))
+        }
+        return ResponseHead(status: http.statusCode, headers: headers)
     }
 
     func didReceive(_ data: Data, dataTask: URLSessionDataTask) {
