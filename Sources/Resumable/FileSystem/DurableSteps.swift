@@ -60,23 +60,39 @@ package enum DurableSteps {
     }
 
     #if DEBUG
-        /// What ``failing(_:under:errno:)`` set: steps of a kind on paths under a prefix fail with an `errno`.
-        private static let injectedFailures = Mutex<[(kind: Kind, prefix: String, errno: Int32)]>([])
+        /// What ``failing(_:under:errno:times:)`` set: steps of a kind on paths under a prefix fail with an `errno`, each
+        /// time or only the next `remaining` times.
+        private static let injectedFailures = Mutex<[(kind: Kind, prefix: String, errno: Int32, remaining: Int?)]>([])
 
         /// Test seam (debug builds): from now on, every step of `kind` on a path that starts with `prefix` fails with
         /// `errno` before it is attempted, as a failing disk would make it fail; `nil` ends that. For the steps whose
         /// failure cannot be provoked on a healthy machine (a flush), in-process, so each test names its own directory.
-        package static func failing(_ kind: Kind, under prefix: String, errno code: Int32?) {
+        ///
+        /// With `times`, only the next `times` such steps fail, and the rest succeed: as Linux reports a failed
+        /// writeback to `fdatasync` once (the pages that could not be written are marked clean, their data gone), and
+        /// the next `fdatasync` returns 0.
+        package static func failing(_ kind: Kind, under prefix: String, errno code: Int32?, times: Int? = nil) {
             injectedFailures.withLock { failures in
                 failures.removeAll { $0.kind == kind && $0.prefix == prefix }
-                if let code { failures.append((kind, prefix, code)) }
+                if let code { failures.append((kind, prefix, code, times)) }
             }
         }
 
-        /// The `errno` a step of `kind` on `path` fails with (``failing(_:under:errno:)``), or `nil`.
+        /// Whether a failure set with ``failing(_:under:errno:times:)`` for `kind` under `prefix` is still to come.
+        package static func isFailing(_ kind: Kind, under prefix: String) -> Bool {
+            injectedFailures.withLock { failures in failures.contains { $0.kind == kind && $0.prefix == prefix } }
+        }
+
+        /// The `errno` a step of `kind` on `path` fails with (``failing(_:under:errno:times:)``), or `nil`.
         static func injectedFailure(_ kind: Kind, _ path: String) -> Int32? {
             injectedFailures.withLock { failures in
-                failures.first { $0.kind == kind && path.utf8.starts(with: $0.prefix.utf8) }?.errno
+                guard let index = failures.firstIndex(where: { $0.kind == kind && path.utf8.starts(with: $0.prefix.utf8) })
+                else { return nil }
+                let code = failures[index].errno
+                if let remaining = failures[index].remaining {
+                    if remaining <= 1 { failures.remove(at: index) } else { failures[index].remaining = remaining - 1 }
+                }
+                return code
             }
         }
     #endif
