@@ -86,7 +86,9 @@ package enum DurableSteps {
         /// The `errno` a step of `kind` on `path` fails with (``failing(_:under:errno:times:)``), or `nil`.
         static func injectedFailure(_ kind: Kind, _ path: String) -> Int32? {
             injectedFailures.withLock { failures in
-                guard let index = failures.firstIndex(where: { $0.kind == kind && path.utf8.starts(with: $0.prefix.utf8) })
+                guard
+                    let index = failures.firstIndex(where: { $0.kind == kind && path.utf8.starts(with: $0.prefix.utf8) }
+                    )
                 else { return nil }
                 let code = failures[index].errno
                 if let remaining = failures[index].remaining {

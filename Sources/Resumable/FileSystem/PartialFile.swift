@@ -18,6 +18,8 @@ final class PartialFile: Sendable {
     let path: String
     private let descriptor: Int32
     private let released = Atomic<Bool>(false)
+    /// The `errno` of the first flush that failed, 0 while none did: see ``synchronize()``.
+    private let flushFailure = Atomic<Int32>(0)
 
     private init(path: String, descriptor: Int32) {
         self.path = path
@@ -156,20 +158,36 @@ final class PartialFile: Sendable {
     /// `fdatasync` on Linux. On Darwin `fsync` only hands the data to the drive, whose cache may still lose it:
     /// `F_FULLFSYNC` asks the drive to flush too, and where a file system does not support it, `fsync` is the best
     /// there is.
+    ///
+    /// A flush that failed fails every later flush of this file: Linux reports a failed writeback to `fdatasync`
+    /// once, marks the pages it could not write clean (their data is gone) and returns 0 from the next call, so a
+    /// flush that succeeds after a failed one says nothing about the bytes written before (PostgreSQL's "fsyncgate").
+    /// No token may then cover a byte past the last flush that succeeded.
     func synchronize() throws(ResumableError) {
+        let earlier = flushFailure.load(ordering: .acquiring)
+        guard earlier == 0 else { throw .fileSystem("flushing (it failed before)", path: path, errno: earlier) }
+        var result: Int32 = 0
+        var code: Int32 = 0
         #if DEBUG
             if let injected = DurableSteps.injectedFailure(.flush, path) {
-                throw .fileSystem("flushing", path: path, errno: injected)
+                result = -1
+                code = injected
             }
         #endif
-        #if canImport(Glibc)
-            let result = fdatasync(descriptor)
-        #elseif canImport(Darwin)
-            let result = fcntl(descriptor, F_FULLFSYNC) == 0 ? 0 : fsync(descriptor)
-        #else
-            let result = fsync(descriptor)
-        #endif
-        guard result == 0 else { throw .fileSystem("flushing", path: path, errno: errno) }
+        if result == 0 {
+            #if canImport(Glibc)
+                result = fdatasync(descriptor)
+            #elseif canImport(Darwin)
+                result = fcntl(descriptor, F_FULLFSYNC) == 0 ? 0 : fsync(descriptor)
+            #else
+                result = fsync(descriptor)
+            #endif
+            code = errno
+        }
+        guard result == 0 else {
+            flushFailure.store(code, ordering: .releasing)
+            throw .fileSystem("flushing", path: path, errno: code)
+        }
         DurableSteps.record(.flush, path)
     }
 

@@ -165,7 +165,8 @@ struct FailingFlushAttackTests {
             let handed = error.resumeToken?.offset ?? 0
             #expect(
                 handed <= flushed,
-                "a flush failed after the checkpoint at \(flushed), yet the failure's token claims \(handed) bytes: \(error)")
+                "a flush failed after the checkpoint at \(flushed), yet the failure's token claims \(handed) bytes: \(error)"
+            )
             #expect(
                 later.allSatisfy { $0 <= flushed },
                 "after the failed flush the handler was given \(later), past the last flushed checkpoint \(flushed)")
@@ -202,10 +203,10 @@ struct FailingFlushAttackTests {
         let recordFile = state.appendingPathComponent("tasks/\(id).json").path
         let covered = try await trickle(gate, bodyLength: length) {
             guard let limit = gate.limit, gate.heldCount > 0 else { return false }
-            return QueueReleaseAttackTests.recordTokenOffset(recordFile) == limit
+            return recordTokenOffset(recordFile) == limit
         }
         try #require(covered, "the record never covered what arrived: \(gate)")
-        let flushed = try #require(QueueReleaseAttackTests.recordTokenOffset(recordFile))
+        let flushed = try #require(recordTokenOffset(recordFile))
 
         DurableSteps.failing(.flush, under: partial, errno: EIO, times: 1)
         defer { DurableSteps.failing(.flush, under: partial, errno: nil) }
@@ -225,7 +226,7 @@ struct FailingFlushAttackTests {
         try #require(stopped, "the download never stopped: \(gate)")
         #expect(!DurableSteps.isFailing(.flush, under: partial), "no flush failed")
         let event = await watcher.value
-        let recorded = QueueReleaseAttackTests.recordTokenOffset(recordFile) ?? 0
+        let recorded = recordTokenOffset(recordFile) ?? 0
         #expect(
             recorded <= flushed,
             "a flush failed after the record's checkpoint at \(flushed), yet the record now claims \(recorded) bytes (\(String(describing: event)))"
