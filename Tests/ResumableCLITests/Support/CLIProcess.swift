@@ -38,6 +38,7 @@ final class CLIProcess: Sendable {
     let pid: Int32
     private let process: SpawnedProcess
     private let output = Mutex((stdout: Data(), stderr: Data(), openStreams: 2))
+    private let exitInstant = Mutex<ContinuousClock.Instant?>(nil)
 
     /// The built `resumable` executable: `RESUMABLE_CLI` when set, else beside the test bundle.
     static let executable: URL = locateExecutable()
@@ -72,7 +73,16 @@ final class CLIProcess: Sendable {
         self.process = process
         collect(stdout.fileHandleForReading, isStandardError: false)
         collect(stderr.fileHandleForReading, isStandardError: true)
+        let thread = Thread { [self] in
+            self.process.waitUntilExit()
+            self.exitInstant.withLock { $0 = ContinuousClock.now }
+        }
+        thread.start()
     }
+
+    /// When the process ended, as a thread of its own saw it (`nil` while it runs): for a bound on how long the
+    /// process took that does not count the time the test's own threads, on a busy cooperative pool, took to notice.
+    var exitedAt: ContinuousClock.Instant? { exitInstant.withLock { $0 } }
 
     /// Runs `resumable` to its end.
     static func run(
