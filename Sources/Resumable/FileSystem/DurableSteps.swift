@@ -14,7 +14,9 @@ import Synchronization
 /// tests and of the ALICE study): `RESUMABLE_STEP_LOG=FILE` appends one line per step (`N kind path`), and
 /// `RESUMABLE_CRASH_AFTER_STEP=N` ends the process with `_exit(137)` right after step N, as `kill -9` would;
 /// `RESUMABLE_CRASH_AFTER_STEP_MATCHING="KIND PATH"` right after the first step of that kind on that path, however
-/// many steps came before it (checkpoints written or not, depending on timing). Release builds compile them away.
+/// many steps came before it (checkpoints written or not, depending on timing). `RESUMABLE_FAIL_FLUSHES_WHILE=FILE`
+/// makes every flush of a download's file fail with `EIO` while `FILE` exists (for a child process; in-process, see
+/// ``failing(_:under:errno:times:)``). Release builds compile them away.
 package enum DurableSteps {
     /// What a step did.
     package enum Kind: String, Sendable {
@@ -22,16 +24,18 @@ package enum DurableSteps {
     }
 
     #if DEBUG
-        private static let configuration: (log: Int32?, crashAfter: Int?, crashMatching: String?) = {
-            let environment = ProcessInfo.processInfo.environment
-            let log = environment["RESUMABLE_STEP_LOG"].map {
-                open($0, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-            }
-            let crashAfter = environment["RESUMABLE_CRASH_AFTER_STEP"].flatMap { Int($0) }
-            return (
-                log.flatMap { $0 >= 0 ? $0 : nil }, crashAfter, environment["RESUMABLE_CRASH_AFTER_STEP_MATCHING"]
-            )
-        }()
+        private static let configuration:
+            (log: Int32?, crashAfter: Int?, crashMatching: String?, failFlushesWhile: String?) = {
+                let environment = ProcessInfo.processInfo.environment
+                let log = environment["RESUMABLE_STEP_LOG"].map {
+                    open($0, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+                }
+                let crashAfter = environment["RESUMABLE_CRASH_AFTER_STEP"].flatMap { Int($0) }
+                return (
+                    log.flatMap { $0 >= 0 ? $0 : nil }, crashAfter, environment["RESUMABLE_CRASH_AFTER_STEP_MATCHING"],
+                    environment["RESUMABLE_FAIL_FLUSHES_WHILE"]
+                )
+            }()
         private static let counter = Atomic<Int>(0)
     #endif
 
@@ -85,7 +89,8 @@ package enum DurableSteps {
 
         /// The `errno` a step of `kind` on `path` fails with (``failing(_:under:errno:times:)``), or `nil`.
         static func injectedFailure(_ kind: Kind, _ path: String) -> Int32? {
-            injectedFailures.withLock { failures in
+            if kind == .flush, let marker = configuration.failFlushesWhile, access(marker, F_OK) == 0 { return EIO }
+            return injectedFailures.withLock { failures in
                 guard
                     let index = failures.firstIndex(where: { $0.kind == kind && path.utf8.starts(with: $0.prefix.utf8) }
                     )

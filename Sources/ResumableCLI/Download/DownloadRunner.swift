@@ -55,11 +55,9 @@ struct DownloadRunner {
             renderer.handle(.finished(result))
             return reportSuccess(result)
         case .ended(.failure(let error)):
-            let left = tokenFile.end(leaving: error.resumeToken)
-            return reportFailure(error, leftToken: written(left, error.resumeToken))
+            return reportFailure(error, leftToken: written(tokenFile.end(leaving: error.resumeToken)))
         case .interrupted(let signal, let token):
-            let left = tokenFile.end(leaving: token)
-            return reportInterruption(signal, leftToken: written(left, token))
+            return reportInterruption(signal, leftToken: written(tokenFile.end(leaving: token)))
         case .signal, .watcherGone:
             return .failure  // Not produced by `race`.
         }
@@ -124,8 +122,8 @@ struct DownloadRunner {
         }
     }
 
-    private func written(_ result: Result<URL, ResumableError>?, _ token: ResumeToken?) -> LeftToken? {
-        guard let result, let token else { return nil }
+    private func written(_ left: (written: Result<URL, ResumableError>, token: ResumeToken)?) -> LeftToken? {
+        guard let (result, token) = left else { return nil }
         switch result {
         case .success(let url):
             return LeftToken(url: url, token: token)

@@ -20,6 +20,8 @@ final class TokenFile: Sendable {
         /// Whether `url` was chosen by the user (`--token`, or the token being resumed), not derived from the name.
         let chosen: Bool
         var lastToken: ResumeToken?
+        /// The last token this run wrote to `url` (not one it was given, nor one whose write failed).
+        var written: ResumeToken?
         var ended = false
         var replaced: ResumeToken?
         /// The token file of another unfinished download that a write of this run found at the default path, and
@@ -64,18 +66,25 @@ final class TokenFile: Sendable {
     }
 
     /// Ends the download: writes `token` when there is one to leave behind; otherwise removes the token file
-    /// this run wrote or resumed from, if the temporary file it names is gone (the token would be useless).
+    /// this run wrote or resumed from, if the temporary file it names is gone (the token would be useless), and keeps
+    /// it while that file is there: a download whose last flush failed hands out no token, and a checkpoint this run
+    /// wrote earlier still describes bytes in the file.
     ///
-    /// - Returns: Where the token was written, the error when writing failed, or `nil` when none was left.
-    func end(leaving token: ResumeToken?) -> Result<URL, ResumableError>? {
+    /// - Returns: The token left behind and where it was written (or the error when writing it failed): `token`, or
+    ///   the checkpoint this run wrote last, kept; `nil` when none was left.
+    func end(leaving token: ResumeToken?) -> (written: Result<URL, ResumableError>, token: ResumeToken)? {
         state.withLock { state in
             state.ended = true
-            if let token { return Self.write(token, into: &state) }
+            if let token { return (Self.write(token, into: &state), token) }
             // Only a file this run wrote (or was given to resume) is removed, and only when it is useless.
-            if let url = state.url, let last = state.lastToken, !FileManager.default.fileExists(atPath: last.tempPath) {
+            guard let url = state.url, let last = state.lastToken else { return nil }
+            guard FileManager.default.fileExists(atPath: last.tempPath) else {
                 ResumeToken.removeFile(at: url, ifItNames: last.tempPath)
+                return nil
             }
-            return nil
+            // A checkpoint this run wrote, still the file's last word: it is what is left to resume from.
+            guard let written = state.written, written == last else { return nil }
+            return (.success(url), written)
         }
     }
 
@@ -197,7 +206,9 @@ final class TokenFile: Sendable {
         state.url = url
         state.lastToken = token
         do {
-            return try token.write(to: url, replacing: occupant) ? .written(url) : .changed
+            guard try token.write(to: url, replacing: occupant) else { return .changed }
+            state.written = token
+            return .written(url)
         } catch {
             return .failed(error)
         }

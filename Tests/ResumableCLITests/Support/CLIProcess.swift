@@ -80,6 +80,9 @@ final class CLIProcess: Sendable {
         thread.start()
     }
 
+    /// Whether the process still runs.
+    var isRunning: Bool { exitInstant.withLock { $0 == nil } }
+
     /// When the process ended, as a thread of its own saw it (`nil` while it runs): for a bound on how long the
     /// process took that does not count the time the test's own threads, on a busy cooperative pool, took to notice.
     var exitedAt: ContinuousClock.Instant? { exitInstant.withLock { $0 } }
