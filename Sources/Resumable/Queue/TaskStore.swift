@@ -251,17 +251,19 @@ public final class TaskStore: Sendable {
         }
     }
 
-    /// Drops the token of `id`'s record when it names `tempPath`, a temporary file about to be removed (its download
-    /// ended with nothing to resume): the record on disk is rewritten without it, flushed, before the file goes, so
-    /// that no record ever names a removed file. The record itself stays; the queue decides what becomes of it.
+    /// Drops the token of `id`'s record, a download that ended with nothing to resume in its temporary file
+    /// `tempPath`, which is about to be removed: the record on disk is rewritten without it, flushed, before the file
+    /// goes, so that no record ever names a removed file. A token naming another file goes too: the download started
+    /// over from it (the file was lost or unusable), so it describes nothing the download will resume. The record
+    /// itself stays; the queue decides what becomes of it.
     ///
-    /// - Returns: false when the record on disk still names the file (the rewrite failed): keep the file then.
+    /// - Returns: false when the record on disk still names `tempPath` (the rewrite failed): keep the file then.
     func forgetToken(_ id: DownloadQueue.TaskID, naming tempPath: String) -> Bool {
         stripe(id).lock.withLock { _ -> Bool in
+            var namesFile = false
             let record = state.withLock { state -> TaskRecord? in
-                guard var record = state.records[id], let token = record.token,
-                    token.tempPath.utf8.elementsEqual(tempPath.utf8)
-                else { return nil }
+                guard var record = state.records[id], let token = record.token else { return nil }
+                namesFile = token.tempPath.utf8.elementsEqual(tempPath.utf8)
                 record.token = nil
                 record.checkpointedAt = nil
                 record.bytesPerSecond = nil
@@ -281,16 +283,23 @@ public final class TaskStore: Sendable {
                 }
                 return true
             } catch {
+                guard namesFile else { return true }
                 state.withLock { $0.keptTemporaryFiles[id] = tempPath }
                 return false
             }
         }
     }
 
-    /// Whether the download's temporary file was kept only because its record could not forget the token naming it
-    /// (``forgetToken(_:naming:)`` failed): the download gave the file up, so the token describes nothing to resume.
+    /// Whether the record's token names a temporary file the download gave up, kept only because the record could not
+    /// forget it (``forgetToken(_:naming:)`` failed): that token describes nothing to resume. Not once a later run's
+    /// checkpoint names another file.
     func keepsAbandonedFile(_ id: DownloadQueue.TaskID) -> Bool {
-        state.withLock { $0.keptTemporaryFiles[id] != nil }
+        state.withLock { state in
+            guard let kept = state.keptTemporaryFiles[id], let named = state.records[id]?.token?.tempPath else {
+                return false
+            }
+            return kept.utf8.elementsEqual(named.utf8)
+        }
     }
 
     /// ``checkpoint(_:token:now:)`` for a checkpoint that writes nothing (a token that covers no byte over a

@@ -43,6 +43,11 @@ struct DurabilityAttackTests {
         let state = fixture.directory.url.appendingPathComponent("state")
         var download = DownloadFixture.configuration(retries: 0, transport: .libcurl)
         download.connections = .single
+        // A checkpoint is due when bytes arrive a whole interval after the last one: once the records cannot be
+        // written, the first run's rest must arrive within it, or its checkpoint fails the download before the checksum
+        // does. 5 s, so that only a test held from running that long between the record's checkpoint and opening the
+        // gate meets one.
+        download.checkpointing = DownloadTask.Checkpointing(interval: .seconds(5)) { _ in }
         var configuration = DownloadQueue.Configuration(maximumConcurrentDownloads: 1, download: download)
         configuration.keepsFailuresForGood = true
         let store = try TaskStore(directory: state)
@@ -77,7 +82,8 @@ struct DurabilityAttackTests {
         )
         #expect(
             store.record(id)?.token == nil,
-            "the record keeps a token of \(store.record(id)?.token?.offset ?? -1) bytes naming a file that does not exist")
+            "the record keeps a token of \(store.record(id)?.token?.offset ?? -1) bytes naming a file that does not exist"
+        )
         #expect(
             await queue.failuresForGood == [id],
             "a 404 with nothing on disk is not a failure for good: the batch keeps it to resume forever")
