@@ -330,5 +330,44 @@ enum TLSFiles {
         else {
             throw ResumableError(.invalidRequest, "\(setting) \(path.debugDescription) cannot be read")
         }
+        try checkHashedEntries(of: path, setting: setting)
+    }
+
+    /// The entries OpenSSL opens in a CA directory during a handshake, those named after a certificate's subject hash
+    /// (`1a2b3c4d.0`, `1a2b3c4d.r0` for a CRL), must be regular files where they exist, as ``checkReadableFile(_:setting:)``
+    /// requires of a CA file: OpenSSL blocks in `open(2)` for good on a FIFO, past every timeout and a cancel, and
+    /// reads a device without end. A dangling link is left to OpenSSL, which skips it.
+    private static func checkHashedEntries(of directory: String, setting: String) throws(ResumableError) {
+        guard let stream = opendir(directory) else { return }
+        defer { closedir(stream) }
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard isHashedName(name) else { continue }
+            let path = (directory as NSString).appendingPathComponent(name)
+            var status = stat()
+            guard stat(path, &status) == 0 else { continue }
+            guard (status.st_mode & S_IFMT) == S_IFREG else {
+                throw ResumableError(
+                    .invalidRequest,
+                    "\(setting) \(directory.debugDescription) holds \(name.debugDescription), which is not a regular file"
+                )
+            }
+        }
+    }
+
+    /// `^[0-9a-f]{8}\.r?[0-9]+$`: the names OpenSSL looks up in a CA directory.
+    private static func isHashedName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard bytes.count >= 10, bytes[8] == UInt8(ascii: ".") else { return false }
+        let isHex = { (byte: UInt8) in
+            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+        }
+        guard bytes[0..<8].allSatisfy(isHex) else { return false }
+        var rest = bytes[9...]
+        if rest.first == UInt8(ascii: "r") { rest = rest.dropFirst() }
+        return !rest.isEmpty && rest.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
     }
 }
