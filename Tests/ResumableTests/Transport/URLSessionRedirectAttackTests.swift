@@ -1,0 +1,66 @@
+import Foundation
+import LoopbackServer
+import Synchronization
+import Testing
+
+@testable import Resumable
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// Attacks on the URLSession transport's redirect handling (helper-79).
+///
+/// swift-corelibs-foundation judges every 301, 302, 303, 305-308 answer itself, once its body has been read
+/// (`_HTTPURLProtocol.completionAction` → `redirectRequest(for:fromRequest:)`), before any delegate call and whatever
+/// the delegate would answer: the transport's own handling (`TaskRouter`, `StreamingHandler.didRedirect`) never sees
+/// what happens there.
+@Suite("URLSession transport: redirect attacks")
+struct URLSessionRedirectAttackTests {
+    #if canImport(FoundationNetworking)
+        /// Records the heads it is given and declines them, as the engine declines a redirect.
+        final class HeadRecorder: ResponseConsumer, Sendable {
+            let statuses = Mutex<[Int]>([])
+
+            func receive(_ head: ResponseHead) -> Bool {
+                statuses.withLock { $0.append(head.status) }
+                return false
+            }
+
+            func receive(_ body: UnsafeRawBufferPointer) throws(ResumableError) {}
+        }
+
+        static func request(_ url: URL) -> TransportRequest {
+            TransportRequest(
+                url: url, headers: [HTTPHeader(name: "Accept-Encoding", value: "identity")], idleTimeout: .seconds(30))
+        }
+
+        /// A download whose server answers `302` with `location`, over the URLSession transport; it must end, with a
+        /// typed error or a file, and never trap the process.
+        static func downloadRedirectedTo(_ location: String) async throws {
+            let fixture = try DownloadFixture(transport: .urlSession)
+            fixture.serve(.bytes([], behavior: Behavior(redirect: Redirect(status: 302, location: location))))
+            let task = try fixture.download(configuration: DownloadFixture.configuration(retries: 0))
+            // Any end is fine here: the child process surviving is what is tested.
+            _ = await task.result
+        }
+
+        /// A network-path reference to an IPv6 literal: `URL(string:)` parses it, and corelibs' relative-redirect
+        /// resolution copies its host (`::1`, brackets stripped) into `URLComponents.host`, whose `url` is then
+        /// `nil`: `guard let url = components.url else { fatalError("Invalid URL") }` (HTTPURLProtocol.swift:612).
+        @Test("A 302 whose Location is //[::1]/x ends the download, and never traps the process")
+        func networkPathToIPv6LiteralDoesNotTrap() async {
+            await #expect(processExitsWith: .success) {
+                try await URLSessionRedirectAttackTests.downloadRedirectedTo("//[::1]/file.bin")
+            }
+        }
+
+        /// The same trap through a percent-encoded slash in the host of a network-path reference.
+        @Test("A 302 whose Location is //a%2Fb/x ends the download, and never traps the process")
+        func networkPathWithEncodedSlashInHostDoesNotTrap() async {
+            await #expect(processExitsWith: .success) {
+                try await URLSessionRedirectAttackTests.downloadRedirectedTo("//a%2Fb/file.bin")
+            }
+        }
+    #endif
+}
