@@ -62,5 +62,37 @@ struct URLSessionRedirectAttackTests {
                 try await URLSessionRedirectAttackTests.downloadRedirectedTo("//a%2Fb/file.bin")
             }
         }
+
+        /// corelibs does not report the head of a 301, 302, 303, 305-308 to the delegate
+        /// (`_HTTPURLProtocol.didReceiveResponse` skips them) and only calls `willPerformHTTPRedirection` when it can
+        /// build a new request from `Location`. Without a usable `Location` the task completes with neither: the
+        /// consumer never sees the 3xx, and the request fails as a transient network error ("the connection ended
+        /// without a final response"), which the engine retries, where libcurl delivers the 302 as the final head.
+        @Test(
+            "A 302 without a usable Location reaches the consumer as the final head",
+            arguments: ["", "http://[zz/file.bin"], [302, 303, 307])
+        func redirectWithoutUsableLocationIsDelivered(location: String, code: Int) async throws {
+            let server = try LoopbackServer()
+            let length = HeaderField("Content-Length", "0")
+            if location.isEmpty {
+                // No Location field at all.
+                server.enqueue(ScriptedResponse(statusLine: "HTTP/1.1 \(code) Moved", headers: [length]), for: "/hop")
+            } else {
+                server.enqueue(
+                    ScriptedResponse(statusLine: "HTTP/1.1 \(code) Moved", headers: [HeaderField("Location", location), length]),
+                    for: "/hop")
+            }
+            let recorder = HeadRecorder()
+            let transport = URLSessionTransport()
+            defer { transport.close() }
+            var failure: ResumableError?
+            do {
+                try await transport.execute(Self.request(server.url(for: "/hop")), consumer: recorder)
+            } catch {
+                failure = error
+            }
+            #expect(recorder.statuses.withLock { $0 } == [code], "ended with \(String(describing: failure))")
+            #expect(failure == nil, "a declined head ends the request cleanly")
+        }
     #endif
 }
