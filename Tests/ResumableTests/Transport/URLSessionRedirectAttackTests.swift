@@ -94,5 +94,28 @@ struct URLSessionRedirectAttackTests {
             #expect(recorder.statuses.withLock { $0 } == [code], "ended with \(String(describing: failure))")
             #expect(failure == nil, "a declined head ends the request cleanly")
         }
+
+        /// corelibs calls `willPerformHTTPRedirection` only once the 3xx body has ended (`redirectFor` requires
+        /// `transferCompleted`), buffering that body in memory meanwhile (`lastRedirectBody`, appended by copy), and
+        /// reports the 3xx head nowhere else. A redirect whose body is still arriving is therefore invisible to the
+        /// engine: the URLSession transport waits for the body, then for its connect watchdog, and fails the request
+        /// as "could not connect" though the server answered at once; libcurl hands the 302 over with its head and the
+        /// engine follows it.
+        @Test("A redirect whose body is still arriving is followed without waiting for that body", arguments: TransportKind.all)
+        func redirectWithHeldBodyIsFollowed(transport: TransportKind) async throws {
+            let fixture = try DownloadFixture(transport: transport)
+            let content = testBytes(count: 10_000, seed: 79)
+            fixture.serve(.bytes(content))
+            let gate = BodyGate(holdingAfter: 10)
+            defer { gate.open() }
+            fixture.serve(
+                .bytes([], behavior: Behavior(redirect: Redirect(status: 302, location: "/file.bin"), gate: gate)),
+                at: "/hop")
+            var configuration = DownloadFixture.configuration(retries: 0)
+            configuration.connectTimeout = .seconds(3)
+            let task = try fixture.download("/hop", configuration: configuration)
+            let result = try await task.value
+            #expect(try fixture.contents(of: result.fileURL) == content)
+        }
     #endif
 }
