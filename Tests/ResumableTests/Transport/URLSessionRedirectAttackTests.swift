@@ -117,5 +117,27 @@ struct URLSessionRedirectAttackTests {
             let result = try await task.value
             #expect(try fixture.contents(of: result.fileURL) == content)
         }
+
+        /// corelibs arms the request's idle timer with `Int(request.timeoutInterval) * 1000` milliseconds
+        /// (`_HTTPURLProtocol.configureEasyHandle`): the fraction is dropped, so any idle timeout under a second becomes
+        /// 0 ms, a timer that fires 1 ms after the request starts or after any chunk (and 1.9 s becomes 1 s).
+        /// `URLSessionTransport.timeoutInterval(_:)` clamps to "1 ms", which corelibs turns into 0. A download with a
+        /// 900 ms idle timeout fails on a 200 ms stall, over libcurl it does not.
+        @Test("A 900 ms idle timeout survives a 200 ms stall", arguments: TransportKind.all)
+        func subSecondIdleTimeoutIsHonoured(transport: TransportKind) async throws {
+            let fixture = try DownloadFixture(transport: transport)
+            let content = testBytes(count: 100_000, seed: 81)
+            let gate = fixture.serveHeld(.bytes(content), after: 50_000)
+            defer { gate.open() }
+            var configuration = DownloadFixture.configuration(retries: 0)
+            configuration.idleTimeout = .milliseconds(900)
+            let task = try fixture.download(configuration: configuration)
+            _ = await gate.waitUntilHeld(timeout: .seconds(10))
+            // A stall well under the idle timeout.
+            try await Task.sleep(for: .milliseconds(200))
+            gate.open()
+            let result = try await task.value
+            #expect(try fixture.contents(of: result.fileURL) == content)
+        }
     #endif
 }
