@@ -118,6 +118,35 @@ struct URLSessionRedirectAttackTests {
             #expect(try fixture.contents(of: result.fileURL) == content)
         }
 
+        /// The same for a redirect whose body is large but finite: corelibs reads it all before reporting the redirect,
+        /// appending each chunk to a copy of what it buffered so far (`var redirectBody = lastRedirectBody ?? Data()`,
+        /// `append`, store back: the buffer is shared, so every append copies it), which is quadratic: 24 MB took 7.8 s
+        /// here, on corelibs' process-wide work queue that every URLSession transfer shares. A 40 MB 307 body outlasts
+        /// a 5 s connect timeout, and the download fails as "could not connect"; libcurl follows at once.
+        @Test("A redirect with a 40 MB body is followed within a 5 s connect timeout", arguments: TransportKind.all)
+        func redirectWithLargeBodyIsFollowed(transport: TransportKind) async throws {
+            let fixture = try DownloadFixture(transport: transport)
+            let content = testBytes(count: 3_000, seed: 82)
+            fixture.serve(.bytes(content))
+            let size = 40_000_000
+            fixture.server.enqueue(
+                ScriptedResponse(
+                    status: 307,
+                    headers: [HeaderField("Location", "/file.bin"), HeaderField("Content-Length", String(size))],
+                    body: [UInt8](repeating: 0x41, count: size)),
+                for: "/hop")
+            var configuration = DownloadFixture.configuration(retries: 0)
+            configuration.connectTimeout = .seconds(5)
+            let clock = ContinuousClock()
+            let started = clock.now
+            let outcome = await (try fixture.download("/hop", configuration: configuration)).result
+            let elapsed = clock.now - started
+            // Over URLSession the watchdog's cancel also waits (`URLSessionTask.cancel()` is a `workQueue.sync`) behind
+            // the copying: the request ended after about 35 s here, not 5 s.
+            let result = try #require(try? outcome.get(), "ended after \(elapsed) with \(outcome)")
+            #expect(try fixture.contents(of: result.fileURL) == content)
+        }
+
         /// corelibs arms the request's idle timer with `Int(request.timeoutInterval) * 1000` milliseconds
         /// (`_HTTPURLProtocol.configureEasyHandle`): the fraction is dropped, so any idle timeout under a second becomes
         /// 0 ms, a timer that fires 1 ms after the request starts or after any chunk (and 1.9 s becomes 1 s).
