@@ -168,5 +168,59 @@ struct URLSessionRedirectAttackTests {
             let result = try await task.value
             #expect(try fixture.contents(of: result.fileURL) == content)
         }
+
+        /// A download whose server answers `302` and then streams its body without end, over the URLSession transport
+        /// with a 3 s connect timeout; exits with 3 when the download had not ended 20 s later and a pause then ended
+        /// it, with 4 when not even the pause ended it within 20 s.
+        static func endlessRedirectBody() async throws {
+            let server = try RawScriptServer { _, _, send in
+                let head = "HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nConnection: close\r\n\r\n"
+                guard send(Array(head.utf8)) else { return .clientLeft(0) }
+                let chunk = [UInt8](repeating: 0x41, count: 65_536)
+                var sent = 0
+                while send(chunk) { sent += 1 }
+                return .clientLeft(sent)
+            }
+            let directory = try TemporaryDirectory()
+            var configuration = DownloadFixture.configuration(retries: 0, transport: .urlSession)
+            configuration.connectTimeout = .seconds(3)
+            let task = try DownloadTask(
+                url: try #require(URL(string: "http://127.0.0.1:\(server.port)/file.bin")),
+                destination: .directory(directory.url), configuration: configuration)
+            final class Flag: Sendable {
+                let value = Atomic<Bool>(false)
+            }
+            let ended = Flag()
+            let waiter = Task {
+                _ = await task.result
+                ended.value.store(true, ordering: .releasing)
+            }
+            func waitForEnd(_ limit: Duration) async throws -> Bool {
+                let deadline = ContinuousClock.now + limit
+                while !ended.value.load(ordering: .acquiring), ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                return ended.value.load(ordering: .acquiring)
+            }
+            if try await waitForEnd(.seconds(20)) {
+                await waiter.value
+                return
+            }
+            // The watchdog did not end it: a pause (what the CLI does on SIGINT) must.
+            Task { _ = await task.cancelProducingResumeData() }
+            // 3: the pause ended it; 4: not even the pause did.
+            exit(try await waitForEnd(.seconds(20)) ? 3 : 4)
+        }
+
+        /// corelibs reports a 3xx only once its body has ended, buffering it meanwhile by copying on every append on
+        /// its process-wide work queue; the connect watchdog's cancel (`URLSessionTask.cancel()`, a `workQueue.sync`)
+        /// waits behind that, and so does a pause's (measured: the CLI ignored SIGINT and SIGTERM for minutes at 100 % CPU,
+        /// its memory growing). A 302 whose body never ends must still end the download (about the connect timeout).
+        @Test("A 302 whose body never ends still ends the download soon after the connect timeout")
+        func endlessRedirectBodyEnds() async {
+            await #expect(processExitsWith: .success) {
+                try await URLSessionRedirectAttackTests.endlessRedirectBody()
+            }
+        }
     #endif
 }
