@@ -222,5 +222,33 @@ struct URLSessionRedirectAttackTests {
                 try await URLSessionRedirectAttackTests.endlessRedirectBody()
             }
         }
+
+        /// A download whose server answers a chunked `200` that ends with a trailer field (RFC 9112 §7.1.2), over the
+        /// URLSession transport: it must end (the 5 bytes are the file) and never trap the process.
+        static func downloadWithTrailer() async throws {
+            let server = try RawScriptServer { _, _, send in
+                let text =
+                    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                    + "5\r\nhello\r\n0\r\nX-Checksum: abc\r\n\r\n"
+                return send(Array(text.utf8)) ? .completed(200) : .clientLeft(0)
+            }
+            let directory = try TemporaryDirectory()
+            let task = try DownloadTask(
+                url: try #require(URL(string: "http://127.0.0.1:\(server.port)/file.bin")),
+                destination: .directory(directory.url),
+                configuration: DownloadFixture.configuration(retries: 0, transport: .urlSession))
+            _ = await task.result
+        }
+
+        /// curl hands trailer fields to the header callback; corelibs appends them to its parsed header
+        /// (`_TransferState.byAppendingHTTP(headerLine:)`), which turns the complete head into a partial one with no
+        /// response, and then traps when the transfer completes: "NativeProtocol.swift:240: Fatal error: Transfer
+        /// completed, but there's no response."
+        @Test("A chunked 200 with a trailer field never traps the process")
+        func chunkedTrailerDoesNotTrap() async {
+            await #expect(processExitsWith: .success) {
+                try await URLSessionRedirectAttackTests.downloadWithTrailer()
+            }
+        }
     #endif
 }
