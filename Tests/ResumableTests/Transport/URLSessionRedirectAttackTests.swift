@@ -250,5 +250,51 @@ struct URLSessionRedirectAttackTests {
                 try await URLSessionRedirectAttackTests.downloadWithTrailer()
             }
         }
+
+        /// Starts a download from a server whose 302 body never ends, then a plain 2 MB download from another server,
+        /// both over the URLSession transport; exits with 3 when the plain download has not finished 20 s later.
+        static func plainDownloadBesideEndlessRedirect() async throws {
+            let hostile = try RawScriptServer { _, _, send in
+                let head = "HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nConnection: close\r\n\r\n"
+                guard send(Array(head.utf8)) else { return .clientLeft(0) }
+                let chunk = [UInt8](repeating: 0x41, count: 65_536)
+                var sent = 0
+                while send(chunk) { sent += 1 }
+                return .clientLeft(sent)
+            }
+            let fixture = try DownloadFixture(transport: .urlSession)
+            let content = testBytes(count: 2_000_000, seed: 83)
+            fixture.serve(.bytes(content))
+            let directory = try TemporaryDirectory()
+            let configuration = DownloadFixture.configuration(retries: 0, transport: .urlSession)
+            let endless = try DownloadTask(
+                url: try #require(URL(string: "http://127.0.0.1:\(hostile.port)/file.bin")),
+                destination: .directory(directory.url), configuration: configuration)
+            _ = endless
+            // The hostile answer is under way. (Without it, the plain download below finishes in 0.15 s.)
+            try #require(await waitUntil { !hostile.requests.isEmpty })
+            let plain = try fixture.download()
+            final class Flag: Sendable {
+                let value = Atomic<Bool>(false)
+            }
+            let finished = Flag()
+            Task {
+                if case .success = await plain.result { finished.value.store(true, ordering: .releasing) }
+            }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !finished.value.load(ordering: .acquiring), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            exit(finished.value.load(ordering: .acquiring) ? 0 : 3)
+        }
+
+        /// corelibs runs every URLSession of the process on one shared work queue; a 3xx body that is only buffered
+        /// (never delivered, so the transport's flow control never holds it back) keeps that queue busy.
+        @Test("A 302 whose body never ends does not stall another download of the process")
+        func endlessRedirectBodyDoesNotStallOthers() async {
+            await #expect(processExitsWith: .success) {
+                try await URLSessionRedirectAttackTests.plainDownloadBesideEndlessRedirect()
+            }
+        }
     #endif
 }
