@@ -188,6 +188,12 @@ extension DownloadTask {
     /// about 2.6 MiB per download before it stops reading, and whose socket event sources keep a dispatch thread
     /// busy while a response arrives slowly (measured: 2 s of CPU in 4 s on a server sending 16 KiB/s, against
     /// none for ``libcurl``).
+    ///
+    /// On Linux, prefer ``libcurl`` (what ``automatic`` picks) for servers you do not trust: swift-corelibs-foundation
+    /// handles some answers itself, before any delegate call a transport could answer, and traps the process on a few
+    /// of them (a redirect to `//[::1]/x`, a chunked body with a trailer field), or buffers a redirect's body until
+    /// it ends, on a queue every `URLSession` of the process shares (a redirect whose body never ends hangs the
+    /// download and stalls every other `URLSession` download).
     public struct Transport: Hashable, Sendable, CustomStringConvertible {
         enum Kind: Hashable, Sendable {
             case automatic
@@ -220,7 +226,8 @@ extension DownloadTask {
 
         /// libcurl when it can be loaded, otherwise `URLSession`. The default.
         public static let automatic = Transport(kind: .automatic)
-        /// Foundation's `URLSession`, available everywhere.
+        /// Foundation's `URLSession`, available everywhere; on Linux, not for servers you do not trust (see
+        /// ``Transport``).
         public static let urlSession = Transport(kind: .urlSession)
         /// The system's libcurl (`libcurl.so.4`, 7.68 or later), loaded with `dlopen`. When it cannot be loaded,
         /// creating or resuming a task with it fails with ``ResumableError/Code/invalidRequest``.

@@ -119,7 +119,10 @@ final class URLSessionTransport: TransportSession {
         urlRequest.httpMethod = "GET"
         urlRequest.cachePolicy = .reloadIgnoringLocalAndRemoteCacheData
         urlRequest.httpShouldHandleCookies = false
-        let seconds = Self.timeoutInterval(request.idleTimeout)
+        // swift-corelibs-foundation arms its idle timer with whole seconds (`Int(timeoutInterval) * 1000` ms): the
+        // fraction is dropped, so 900 ms would fire after 0 ms and 1.9 s after 1 s. Rounded up instead: at most a
+        // second longer than asked, never shorter. (The connect watchdog keeps the exact value.)
+        let seconds = Self.timeoutInterval(request.idleTimeout).rounded(.up)
         urlRequest.timeoutInterval = seconds
         for header in request.headers {
             urlRequest.addValue(header.value, forHTTPHeaderField: header.name)
@@ -229,7 +232,9 @@ private protocol RoutedRequest: AnyObject, Sendable {
     /// A redirect's head arrived (`willPerformHTTPRedirection`): the request ends with it, and `task` must be
     /// cancelled (see ``TaskRouter``).
     func didRedirect(_ response: HTTPURLResponse, task: URLSessionTask)
-    func didComplete(error: (any Error)?)
+    /// The task completed; `response` is its last response, which FoundationNetworking may never have reported (a
+    /// redirect without a usable `Location`).
+    func didComplete(error: (any Error)?, response: URLResponse?)
     /// Ends the request at once with a cancellation: its session was closed.
     func abandon()
     /// The session is closing and is about to cancel the task: from now on the request ends as cancelled, whatever
@@ -331,7 +336,7 @@ private final class TaskRouter: NSObject, URLSessionDataDelegate, Sendable {
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         cancellation.willComplete(task)
-        request(for: task)?.didComplete(error: error)
+        request(for: task)?.didComplete(error: error, response: task.response)
     }
 }
 
@@ -547,9 +552,28 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         }
     }
 
-    func didComplete(error: (any Error)?) {
-        let (consumerError, declined, cancelled, headDelivered) = state.withLock {
+    func didComplete(error: (any Error)?, response: URLResponse?) {
+        var (consumerError, declined, cancelled, headDelivered) = state.withLock {
             ($0.consumerError, $0.declined, $0.cancelled, $0.headDelivered)
+        }
+        // A 301-308 whose `Location` FoundationNetworking cannot follow completes without its head ever reaching the
+        // delegate (it skips redirect heads, and asks about the redirect only when it could build the new request):
+        // that head is the answer, delivered now, as libcurl delivers it.
+        if error == nil, !headDelivered, consumerError == nil, !declined, !cancelled,
+            let http = response as? HTTPURLResponse, (300...399).contains(http.statusCode)
+        {
+            state.withLock {
+                $0.headArrived = true; $0.headDelivered = true
+            }
+            headDelivered = true
+            let head = Self.head(of: http)
+            if delivery.withLock({ abandoned in !abandoned && consumer.receive(head) }) {
+                // Its body was never handed over (FoundationNetworking keeps a redirect's body to itself).
+                consumerError = ResumableError(
+                    .redirect, "the URLSession transport does not read the body of a \(head.status) redirect")
+            } else {
+                declined = true
+            }
         }
         if let consumerError {
             finish(.failure(consumerError))
