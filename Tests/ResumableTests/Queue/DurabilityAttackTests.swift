@@ -101,117 +101,43 @@ struct DurabilityAttackTests {
     }
 
     /// Rule broken: rule 2 (nothing downloaded is lost without need), and 09788c4's own promise
-    /// (`docs/task-store.md`): "A task whose last flush fails (a pause, a failure) hands out no token ... The record's
-    /// token was written after an earlier flush and still describes bytes on disk: the download keeps it, paused or
-    /// failed, and resumes from it".
+    /// (`docs/task-store.md`): a task that hands out no token keeps its record's, unless that token names a file the
+    /// download gave up (`keepsAbandonedFile`).
     ///
-    /// Sequence (`keepsFailuresForGood`, as the CLI's batches): a download with a wrong `expectedSHA256` checkpoints
-    /// into its record, then its record cannot be rewritten (a directory planted at `tasks/<id>.json.writing` makes
-    /// every record write fail, as a full or failing disk would). The body ends, the checksum does not match, and the
-    /// record cannot forget its token: the store keeps the temporary file instead (`keptTemporaryFiles`), and the
-    /// download stays, failed for good. The disk recovers (the planted directory goes); the download is resumed, from
-    /// byte 0, into a new temporary file, and checkpoints again into its record (on disk). It is paused, and that
-    /// pause's flush fails (`DurableSteps.failing`).
-    ///
-    /// Observed: the record loses the checkpoint of the second run, and the paused download starts again from byte 0:
-    /// `TaskStore.keepsAbandonedFile(id)` still answers true for the first run's file (`keptTemporaryFiles` is cleared
-    /// only by `remove`), so `DownloadQueue.ended` does not take the record's token, takes the pause for "before the
-    /// first byte", and `forgetToken(id)` drops the token from the record, whose bytes are left to the next cleanup.
-    @Test("A download whose earlier record rewrite failed keeps its new checkpoint when a later pause cannot flush")
-    func staleAbandonedFileDropsTheNewCheckpoint() async throws {
-        let fixture = try DownloadFixture(transport: .libcurl, keepAlive: true)
-        defer { fixture.server.shutdown() }
-        let length: Int64 = 4 << 20
-        let bytes = testBytes(count: Int(length), seed: 8002)
-        let path = "/sha.bin"
-        let url = fixture.serve(.bytes(bytes), at: path)
-        let first = BodyGate(holdingAfter: 100_000)
-        let second = BodyGate(holdingAfter: 100_000)
-        defer {
-            first.open()
-            second.open()
-        }
-        fixture.server.enqueue(behavior: Behavior(gate: first), for: path)
-        fixture.server.enqueue(behavior: Behavior(gate: second), for: path)
-        let output = fixture.directory.url.appendingPathComponent("out")
-        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
-        let state = fixture.directory.url.appendingPathComponent("state")
-        var download = DownloadFixture.configuration(retries: 0, transport: .libcurl)
-        download.connections = .single
-        var configuration = DownloadQueue.Configuration(maximumConcurrentDownloads: 1, download: download)
-        configuration.keepsFailuresForGood = true
+    /// helper-80's sequence: a download's record cannot forget its token when the download gives its file up (a
+    /// checksum mismatch while every record write fails), so the store keeps the file (`keptTemporaryFiles`); the
+    /// disk recovers, the download is resumed from byte 0 into a new file, and its record is checkpointed there; a
+    /// pause whose flush fails then hands out no token. `keepsAbandonedFile` still answered true for the first run's
+    /// file, so the queue dropped the second run's checkpoint and started again from byte 0. Checked on the store
+    /// itself, step by step: end to end, the first run's end raced its own periodic checkpoint against the failing
+    /// record writes.
+    @Test("A file abandoned in an earlier run no longer discards a later run's checkpoint naming another file")
+    func staleAbandonedFileDropsTheNewCheckpoint() throws {
+        let directory = try TemporaryDirectory()
+        let state = directory.url.appendingPathComponent("state")
         let store = try TaskStore(directory: state)
-        let queue = DownloadQueue(configuration: configuration, store: store)
-        let events = await queue.events()
-        let id = try await queue.add(
-            url, destination: .directory(output), expectedSHA256: String(repeating: "0", count: 64))
-        let recordFile = state.appendingPathComponent("tasks/\(id).json").path
-        try #require(await first.waitUntilHeld(timeout: Waiting.deadline), "\(first)")
-        _ = try #require(
-            try await trickleUntilRecorded(first, recordFile: recordFile, atLeast: 100_000),
-            "the record never got a token: \(first)")
-        let oldFile = try #require(Self.recordToken(recordFile)?.tempPath)
+        let id = DownloadQueue.TaskID()
+        let first = (store.partialPath as NSString).appendingPathComponent(".resumable-first.partial")
+        let base = TaskRecord(
+            id: id, url: try #require(URL(string: "http://127.0.0.1:9/f.bin")), destination: .directory(directory.url),
+            priority: 0, order: 0, state: .queued)
+        try store.save(base, running: true)
+        try store.checkpoint(id, token: .sample(tempPath: first, offset: 100_000))
 
-        // Every record write fails from now on.
+        // Every record write fails: the first run gives its file up, and the record cannot forget the token.
         let planted = state.appendingPathComponent("tasks/\(id).json.writing")
         try FileManager.default.createDirectory(at: planted, withIntermediateDirectories: false)
-        first.open()
-        var firstEnd: DownloadQueue.Event?
-        var iterator = events.makeAsyncIterator()
-        while let event = await iterator.next() {
-            switch event {
-            case .paused(id), .failed(id, _), .cancelled(id), .finished(id, _): firstEnd = event
-            default: continue
-            }
-            break
-        }
-        guard case .failed(_, let mismatch)? = firstEnd, mismatch.code == .checksumMismatch else {
-            Issue.record("the first run did not end in a checksum mismatch: \(String(describing: firstEnd))")
-            return
-        }
-        try #require(store.keepsAbandonedFile(id), "the record could forget its token: nothing to attack")
+        #expect(!store.forgetToken(id, naming: first), "the rewrite was planted to fail")
+        #expect(store.keepsAbandonedFile(id))
 
-        // The disk recovers; the download is resumed from byte 0 into a new file and checkpoints again.
+        // The disk recovers; the second run checkpoints its own file into the record.
         try FileManager.default.removeItem(at: planted)
-        await queue.resume(id)
-        try #require(await second.waitUntilHeld(timeout: Waiting.deadline), "\(second)")
-        let checkpointed = try await waitUntil {
-            if let token = Self.recordToken(recordFile), token.tempPath != oldFile, token.offset >= 100_000 {
-                return true
-            }
-            if second.heldCount > 0 { second.advance(by: 4096) }
-            return false
-        }
-        try #require(checkpointed, "the second run never checkpointed into the record: \(second)")
-        let newCheckpoint = try #require(Self.recordToken(recordFile))
-
-        let partial = store.partialPath
-        DurableSteps.failing(.flush, under: partial, errno: EIO)
-        defer { DurableSteps.failing(.flush, under: partial, errno: nil) }
-        await queue.pause(id)
-        var secondEnd: DownloadQueue.Event?
-        while let event = await iterator.next() {
-            switch event {
-            case .paused(id), .failed(id, _), .cancelled(id), .finished(id, _): secondEnd = event
-            default: continue
-            }
-            break
-        }
-        DurableSteps.failing(.flush, under: partial, errno: nil)
-        if case .paused? = secondEnd {
-        } else {
-            Issue.record("the download did not pause: \(String(describing: secondEnd))")
-        }
-        let after = Self.recordToken(recordFile)
+        let second = (store.partialPath as NSString).appendingPathComponent(".resumable-second.partial")
+        try store.save(base, running: true)
+        try store.checkpoint(id, token: .sample(tempPath: second, offset: 497_000))
+        #expect(store.record(id)?.token?.tempPath == second)
         #expect(
-            after?.tempPath == newCheckpoint.tempPath && (after?.offset ?? 0) >= newCheckpoint.offset,
-            "the record's checkpoint of \(newCheckpoint.offset) bytes in the second run's file was dropped (now: \(String(describing: after))): a resume starts from byte 0"
-        )
-        #expect(
-            FileManager.default.fileExists(atPath: newCheckpoint.tempPath),
-            "the second run's temporary file is gone")
-        second.open()
-        await queue.cancel(id)
-        _ = await queue.waitUntilIdle()
+            !store.keepsAbandonedFile(id),
+            "the first run's abandoned file still discards the record's checkpoint of the second run's file")
     }
 }
