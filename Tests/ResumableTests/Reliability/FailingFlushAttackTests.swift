@@ -27,6 +27,19 @@ struct FailingFlushAttackTests {
         var last: Int64? { state.withLock { $0.last } }
     }
 
+    /// Lets the held body trickle until the latest checkpoint (`latest`) covers every byte the server let through,
+    /// and returns its offset: the last flush that succeeded.
+    static func checkpointCoveringWhatArrived(
+        _ gate: BodyGate, length: Int64, latest: @escaping @Sendable () -> Int64?
+    ) async throws -> Int64 {
+        let covered = try await trickle(gate, bodyLength: length) {
+            guard let limit = gate.limit, gate.heldCount > 0 else { return false }
+            return latest() == limit
+        }
+        try #require(covered, "no checkpoint covered what arrived: \(String(describing: latest())), \(gate)")
+        return try #require(latest())
+    }
+
     /// Set once a task's result is in.
     final class Flag: Sendable {
         private let state = Atomic<Bool>(false)
@@ -92,12 +105,7 @@ struct FailingFlushAttackTests {
         }
         try await fixture.waitUntilHeld(at: gate, withOnDisk: 100_000)
         // A checkpoint that covers every byte the server let through: the last flush that succeeded.
-        let covered = try await trickle(gate, bodyLength: length) {
-            guard let limit = gate.limit, gate.heldCount > 0 else { return false }
-            return offsets.last == limit
-        }
-        try #require(covered, "no checkpoint covered what arrived: \(offsets.all), \(gate)")
-        let flushed = try #require(offsets.last)
+        let flushed = try await Self.checkpointCoveringWhatArrived(gate, length: length) { offsets.last }
         let before = offsets.all.count
 
         let prefix = fixture.directory.path
@@ -140,12 +148,7 @@ struct FailingFlushAttackTests {
         configuration.checkpointing = .init(interval: .milliseconds(1)) { token in offsets.append(token.offset) }
         let task = try fixture.download(configuration: configuration)
         try await fixture.waitUntilHeld(at: gate, withOnDisk: 100_000)
-        let covered = try await trickle(gate, bodyLength: length) {
-            guard let limit = gate.limit, gate.heldCount > 0 else { return false }
-            return offsets.last == limit
-        }
-        try #require(covered, "no checkpoint covered what arrived: \(offsets.all), \(gate)")
-        let flushed = try #require(offsets.last)
+        let flushed = try await Self.checkpointCoveringWhatArrived(gate, length: length) { offsets.last }
         let before = offsets.all.count
 
         let prefix = fixture.directory.path
@@ -201,12 +204,9 @@ struct FailingFlushAttackTests {
         try #require(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
         try #require(try await waitUntilTemporaryFiles(in: partial, count: 1, eachHolding: 100_000))
         let recordFile = state.appendingPathComponent("tasks/\(id).json").path
-        let covered = try await trickle(gate, bodyLength: length) {
-            guard let limit = gate.limit, gate.heldCount > 0 else { return false }
-            return recordTokenOffset(recordFile) == limit
+        let flushed = try await Self.checkpointCoveringWhatArrived(gate, length: length) {
+            recordTokenOffset(recordFile)
         }
-        try #require(covered, "the record never covered what arrived: \(gate)")
-        let flushed = try #require(recordTokenOffset(recordFile))
 
         DurableSteps.failing(.flush, under: partial, errno: EIO, times: 1)
         defer { DurableSteps.failing(.flush, under: partial, errno: nil) }

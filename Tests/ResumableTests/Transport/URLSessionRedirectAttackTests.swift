@@ -18,28 +18,11 @@ import Testing
 @Suite("URLSession transport: redirect attacks")
 struct URLSessionRedirectAttackTests {
     #if canImport(FoundationNetworking)
-        /// Records the heads it is given and declines them, as the engine declines a redirect.
-        final class HeadRecorder: ResponseConsumer, Sendable {
-            let statuses = Mutex<[Int]>([])
-
-            func receive(_ head: ResponseHead) -> Bool {
-                statuses.withLock { $0.append(head.status) }
-                return false
-            }
-
-            func receive(_ body: UnsafeRawBufferPointer) throws(ResumableError) {}
-        }
-
         /// The traps below happen inside swift-corelibs-foundation, before any delegate call the transport could
         /// answer: known issues of the URLSession transport on Linux (docs/architecture.md), each checked in a child
         /// process so that this one survives; a FoundationNetworking that fixes one makes its test report that.
         static let corelibsTrap: Comment =
             "swift-corelibs-foundation traps on this answer before any delegate call (docs/architecture.md)"
-
-        static func request(_ url: URL) -> TransportRequest {
-            TransportRequest(
-                url: url, headers: [HTTPHeader(name: "Accept-Encoding", value: "identity")], idleTimeout: .seconds(30))
-        }
 
         /// A download whose server answers `302` with `location`, over the URLSession transport; it must end, with a
         /// typed error or a file, and never trap the process.
@@ -93,12 +76,14 @@ struct URLSessionRedirectAttackTests {
                         statusLine: "HTTP/1.1 \(code) Moved", headers: [HeaderField("Location", location), length]),
                     for: "/hop")
             }
-            let recorder = HeadRecorder()
+            let recorder = URLSessionRedirectRaceTests.HeadRecorder()
             let transport = URLSessionTransport()
             defer { transport.close() }
             var failure: ResumableError?
             do {
-                try await transport.execute(Self.request(server.url(for: "/hop")), consumer: recorder)
+                try await transport.execute(
+                    URLSessionRedirectRaceTests.request(server.url(for: "/hop"), idleTimeout: .seconds(30)),
+                    consumer: recorder)
             } catch {
                 failure = error
             }
