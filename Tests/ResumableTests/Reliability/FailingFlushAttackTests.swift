@@ -40,6 +40,20 @@ struct FailingFlushAttackTests {
         return try #require(latest())
     }
 
+    /// A 1 MiB download on libcurl, held after 100,000 bytes, whose checkpoint handler records every offset (a
+    /// checkpoint every millisecond while bytes arrive).
+    static func startHeldDownload(seed: UInt64) throws -> (
+        fixture: DownloadFixture, bytes: [UInt8], gate: BodyGate, offsets: Offsets, task: DownloadTask
+    ) {
+        let fixture = try DownloadFixture(transport: .libcurl)
+        let bytes = testBytes(count: 1 << 20, seed: seed)
+        let gate = fixture.serveHeld(.bytes(bytes), after: 100_000)
+        let offsets = Offsets()
+        var configuration = DownloadFixture.configuration(retries: 0)
+        configuration.checkpointing = .init(interval: .milliseconds(1)) { token in offsets.append(token.offset) }
+        return (fixture, bytes, gate, offsets, try fixture.download(configuration: configuration))
+    }
+
     /// Set once a task's result is in.
     final class Flag: Sendable {
         private let state = Atomic<Bool>(false)
@@ -88,15 +102,9 @@ struct FailingFlushAttackTests {
     /// the last checkpoint whose flush succeeded: bytes that were in the page cache when writeback failed.
     @Test("A periodic checkpoint whose flush fails once: no later token claims the bytes that flush was for")
     func periodicCheckpointFailingOnce() async throws {
-        let fixture = try DownloadFixture(transport: .libcurl)
-        let length: Int64 = 1 << 20
-        let bytes = testBytes(count: Int(length), seed: 92)
-        let gate = fixture.serveHeld(.bytes(bytes), after: 100_000)
+        let (fixture, bytes, gate, offsets, task) = try Self.startHeldDownload(seed: 92)
+        let length = Int64(bytes.count)
         defer { gate.open() }
-        let offsets = Offsets()
-        var configuration = DownloadFixture.configuration(retries: 0)
-        configuration.checkpointing = .init(interval: .milliseconds(1)) { token in offsets.append(token.offset) }
-        let task = try fixture.download(configuration: configuration)
         let ended = Flag()
         let result = Task {
             let result = await task.result
@@ -138,15 +146,9 @@ struct FailingFlushAttackTests {
     /// out a complete token. Only "failed, with no token past the last flushed checkpoint" keeps the rules.
     @Test("A flush that fails once as the last bytes arrive: no finished file, no token claiming them")
     func lastBytesFlushFailingOnce() async throws {
-        let fixture = try DownloadFixture(transport: .libcurl)
-        let length: Int64 = 1 << 20
-        let bytes = testBytes(count: Int(length), seed: 95)
-        let gate = fixture.serveHeld(.bytes(bytes), after: 100_000)
+        let (fixture, bytes, gate, offsets, task) = try Self.startHeldDownload(seed: 95)
+        let length = Int64(bytes.count)
         defer { gate.open() }
-        let offsets = Offsets()
-        var configuration = DownloadFixture.configuration(retries: 0)
-        configuration.checkpointing = .init(interval: .milliseconds(1)) { token in offsets.append(token.offset) }
-        let task = try fixture.download(configuration: configuration)
         try await fixture.waitUntilHeld(at: gate, withOnDisk: 100_000)
         let flushed = try await Self.checkpointCoveringWhatArrived(gate, length: length) { offsets.last }
         let before = offsets.all.count
