@@ -92,8 +92,16 @@ struct LateFixesAttackTests {
             }
             return nil
         }
+        // As soon as a checkpoint with bytes reaches the record, on the trickle's own thread (never held up by a busy
+        // cooperative pool): the next write of this record fails (the sibling it is written through cannot be
+        // created), and the rest of the body goes at once, long before the next checkpoint is due (a second later),
+        // so that the checksum, not a checkpoint, ends the download.
         let checkpointed = try await trickle(gate, bodyLength: length, step: 1024, timeout: .seconds(60)) {
-            recordWithBytes() != nil
+            guard let record = recordWithBytes() else { return false }
+            try? FileManager.default.createDirectory(
+                at: tasks.appendingPathComponent(record + ".writing"), withIntermediateDirectories: false)
+            gate.open()
+            return true
         }
         let dump = scratch.contents(of: tasks).map { name in
             name + ": " + ((try? String(contentsOf: tasks.appendingPathComponent(name), encoding: .utf8)) ?? "?")
@@ -101,10 +109,7 @@ struct LateFixesAttackTests {
         try #require(
             checkpointed, "no checkpoint reached the record: \(dump); \(gate.limit ?? -1); \(batch.stderrSoFar)")
         let record = try #require(recordWithBytes())
-        // The next write of this record fails: the sibling it is written through cannot be created.
         let blocker = tasks.appendingPathComponent(record + ".writing")
-        try FileManager.default.createDirectory(at: blocker, withIntermediateDirectories: false)
-        gate.open()
         let result = try await batch.finish()
         try FileManager.default.removeItem(at: blocker)
         #expect(result.exitCode == 1 && result.stderr.contains("SHA-256"), "\(result)")

@@ -283,7 +283,12 @@ public final class TaskStore: Sendable {
                 }
                 return true
             } catch {
-                guard namesFile else { return true }
+                // A token naming another file describes nothing to resume whether or not the disk says so yet: the
+                // record in memory forgets it (the next write of the record carries that), and `tempPath` may go.
+                guard namesFile else {
+                    state.withLock { $0.records[id] = record }
+                    return true
+                }
                 state.withLock { $0.keptTemporaryFiles[id] = tempPath }
                 return false
             }

@@ -20,8 +20,10 @@ final class TokenFile: Sendable {
         /// Whether `url` was chosen by the user (`--token`, or the token being resumed), not derived from the name.
         let chosen: Bool
         var lastToken: ResumeToken?
-        /// The last token this run wrote to `url` (not one it was given, nor one whose write failed).
+        /// The last token this run wrote to `url` (not one whose write failed).
         var written: ResumeToken?
+        /// The token this run was given to resume, at `url`.
+        var given: ResumeToken?
         var ended = false
         var replaced: ResumeToken?
         /// The token file of another unfinished download that a write of this run found at the default path, and
@@ -35,7 +37,7 @@ final class TokenFile: Sendable {
 
     /// A token file at `url`; with `nil` the file goes next to the destination (see ``defaultURL(for:number:)``).
     init(url: URL?, knownToken: ResumeToken? = nil) {
-        state = Mutex(State(url: url, chosen: url != nil, lastToken: knownToken))
+        state = Mutex(State(url: url, chosen: url != nil, lastToken: knownToken, given: knownToken))
     }
 
     /// `<destination directory>/<final file name>.resumable.json`: beside where the finished file goes; with a
@@ -68,10 +70,10 @@ final class TokenFile: Sendable {
     /// Ends the download: writes `token` when there is one to leave behind; otherwise removes the token file
     /// this run wrote or resumed from, if the temporary file it names is gone (the token would be useless), and keeps
     /// it while that file is there: a download whose last flush failed hands out no token, and a checkpoint this run
-    /// wrote earlier still describes bytes in the file.
+    /// wrote earlier, or the token it resumed, still describes bytes in the file.
     ///
     /// - Returns: The token left behind and where it was written (or the error when writing it failed): `token`, or
-    ///   the checkpoint this run wrote last, kept; `nil` when none was left.
+    ///   the checkpoint this run wrote last (or the token it was given), kept; `nil` when none was left.
     func end(leaving token: ResumeToken?) -> (written: Result<URL, ResumableError>, token: ResumeToken)? {
         state.withLock { state in
             state.ended = true
@@ -82,9 +84,10 @@ final class TokenFile: Sendable {
                 ResumeToken.removeFile(at: url, ifItNames: last.tempPath)
                 return nil
             }
-            // A checkpoint this run wrote, still the file's last word: it is what is left to resume from.
-            guard let written = state.written, written == last else { return nil }
-            return (.success(url), written)
+            // A checkpoint this run wrote, or else the token it was given, still the file's last word: it is what is
+            // left to resume from.
+            guard let kept = state.written ?? state.given, kept == last else { return nil }
+            return (.success(url), kept)
         }
     }
 
