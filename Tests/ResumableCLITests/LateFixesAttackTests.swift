@@ -1,6 +1,7 @@
 import Foundation
 import LoopbackServer
 import Resumable
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -96,10 +97,14 @@ struct LateFixesAttackTests {
         // cooperative pool): the next write of this record fails (the sibling it is written through cannot be
         // created), and the rest of the body goes at once, long before the next checkpoint is due (a second later),
         // so that the checksum, not a checkpoint, ends the download.
+        let planted = Mutex<String?>(nil)
         let checkpointed = try await trickle(gate, bodyLength: length, step: 1024, timeout: .seconds(60)) {
-            guard let record = recordWithBytes() else { return false }
-            try? FileManager.default.createDirectory(
-                at: tasks.appendingPathComponent(record + ".writing"), withIntermediateDirectories: false)
+            // (A record write under way has its own sibling there for an instant: planted once it is gone.)
+            guard let record = recordWithBytes(),
+                (try? FileManager.default.createDirectory(
+                    at: tasks.appendingPathComponent(record + ".writing"), withIntermediateDirectories: false)) != nil
+            else { return false }
+            planted.withLock { $0 = record }
             gate.open()
             return true
         }
@@ -108,7 +113,7 @@ struct LateFixesAttackTests {
         }
         try #require(
             checkpointed, "no checkpoint reached the record: \(dump); \(gate.limit ?? -1); \(batch.stderrSoFar)")
-        let record = try #require(recordWithBytes())
+        let record = try #require(planted.withLock { $0 })
         let blocker = tasks.appendingPathComponent(record + ".writing")
         let result = try await batch.finish()
         try FileManager.default.removeItem(at: blocker)
