@@ -100,6 +100,35 @@ struct DurabilityAttackTests {
         return (tempPath, offset)
     }
 
+    /// A task store whose record of one download holds a checkpoint (100,000 bytes) naming `file` in `partial/`.
+    struct CheckpointedRecord {
+        let directory: TemporaryDirectory
+        let store: TaskStore
+        let id = DownloadQueue.TaskID()
+        let base: TaskRecord
+        let file: String
+        /// Where a directory makes every write of the record fail (its write sibling).
+        let planted: URL
+
+        init(fileName: String) throws {
+            directory = try TemporaryDirectory()
+            let state = directory.url.appendingPathComponent("state")
+            store = try TaskStore(directory: state)
+            file = (store.partialPath as NSString).appendingPathComponent(fileName)
+            base = TaskRecord(
+                id: id, url: try #require(URL(string: "http://127.0.0.1:9/f.bin")),
+                destination: .directory(directory.url), priority: 0, order: 0, state: .queued)
+            planted = state.appendingPathComponent("tasks/\(id).json.writing")
+            try store.save(base, running: true)
+            try store.checkpoint(id, token: .sample(tempPath: file, offset: 100_000))
+        }
+
+        /// Every write of the record fails from now on, as on a full or failing disk.
+        func failRecordWrites() throws {
+            try FileManager.default.createDirectory(at: planted, withIntermediateDirectories: false)
+        }
+    }
+
     /// Rule broken: rule 2 (nothing downloaded is lost without need), and 09788c4's own promise
     /// (`docs/task-store.md`): a task that hands out no token keeps its record's, unless that token names a file the
     /// download gave up (`keepsAbandonedFile`).
@@ -113,20 +142,13 @@ struct DurabilityAttackTests {
     /// record writes.
     @Test("A file abandoned in an earlier run no longer discards a later run's checkpoint naming another file")
     func staleAbandonedFileDropsTheNewCheckpoint() throws {
-        let directory = try TemporaryDirectory()
-        let state = directory.url.appendingPathComponent("state")
-        let store = try TaskStore(directory: state)
-        let id = DownloadQueue.TaskID()
-        let first = (store.partialPath as NSString).appendingPathComponent(".resumable-first.partial")
-        let base = TaskRecord(
-            id: id, url: try #require(URL(string: "http://127.0.0.1:9/f.bin")), destination: .directory(directory.url),
-            priority: 0, order: 0, state: .queued)
-        try store.save(base, running: true)
-        try store.checkpoint(id, token: .sample(tempPath: first, offset: 100_000))
-
+        let checkpointed = try CheckpointedRecord(fileName: ".resumable-first.partial")
+        let (store, id, base, first, planted) = (
+            checkpointed.store, checkpointed.id, checkpointed.base, checkpointed.file, checkpointed.planted
+        )
+        defer { withExtendedLifetime(checkpointed) {} }
         // Every record write fails: the first run gives its file up, and the record cannot forget the token.
-        let planted = state.appendingPathComponent("tasks/\(id).json.writing")
-        try FileManager.default.createDirectory(at: planted, withIntermediateDirectories: false)
+        try checkpointed.failRecordWrites()
         #expect(!store.forgetToken(id, naming: first), "the rewrite was planted to fail")
         #expect(store.keepsAbandonedFile(id))
 
@@ -139,5 +161,35 @@ struct DurabilityAttackTests {
         #expect(
             !store.keepsAbandonedFile(id),
             "the first run's abandoned file still discards the record's checkpoint of the second run's file")
+    }
+
+    /// fe5664f promises (`docs/task-store.md`): a download that started over from a lost file and failed with nothing
+    /// on disk drops the record's token naming the lost file, "and a failure with nothing on disk stays a failure for
+    /// good". `DownloadQueue.ended` attaches `store.record(id)?.token` to a failure without a token unless
+    /// `keepsAbandonedFile(id)`.
+    ///
+    /// Sequence, on the store step by step (as a3400a2 checks fe5664f): the record's token names `lost` (its file is
+    /// gone); the download started over in `fresh`, got a 404 with nothing on disk, and the library calls
+    /// `forgetToken(id, naming: fresh)`, while the record cannot be rewritten (a directory planted at
+    /// `tasks/<id>.json.writing`, as a full or failing disk). `forgetToken` returns true (the file may go), but leaves
+    /// the in-memory record with the token naming `lost`, and `keepsAbandonedFile(id)` is false: the queue then
+    /// attaches a token naming a file that does not exist, and the 404 is reported resumable instead of for good.
+    @Test("A record that cannot forget a token naming another (lost) file does not hand that token to the queue")
+    func failedForgetOfAnotherFilesTokenKeepsNoToken() throws {
+        let checkpointed = try CheckpointedRecord(fileName: ".resumable-lost.partial")
+        let (store, id, lost) = (checkpointed.store, checkpointed.id, checkpointed.file)
+        defer { withExtendedLifetime(checkpointed) {} }
+        let fresh = (store.partialPath as NSString).appendingPathComponent(".resumable-fresh.partial")
+        #expect(!FileManager.default.fileExists(atPath: lost))
+
+        // The record cannot be rewritten when the started-over download gives `fresh` up.
+        try checkpointed.failRecordWrites()
+        #expect(store.forgetToken(id, naming: fresh), "the record never named the file: it may go")
+
+        // What `DownloadQueue.ended` attaches to the failure: `keepsAbandonedFile(id) ? nil : record(id)?.token`.
+        let attached = store.keepsAbandonedFile(id) ? nil : store.record(id)?.token
+        #expect(
+            attached == nil,
+            "the queue attaches a token naming \(attached?.tempPath ?? ""), which does not exist: the 404 is resumable")
     }
 }
