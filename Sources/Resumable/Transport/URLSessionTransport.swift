@@ -43,6 +43,14 @@ final class URLSessionTransport: TransportSession {
         return Double(clamped.components.seconds) + Double(clamped.components.attoseconds) / 1e18
     }
 
+    /// The idle timeout handed to FoundationNetworking: ``timeoutInterval(_:)`` rounded up to whole seconds.
+    /// swift-corelibs-foundation arms its idle timer with `Int(timeoutInterval) * 1000` ms: the fraction is dropped, so
+    /// 900 ms would fire after 0 ms (1 ms after the request starts or after any chunk) and 1.9 s after 1 s. Rounded
+    /// up, it is at most a second longer than asked, never shorter. (The connect watchdog keeps the exact value.)
+    static func requestTimeoutInterval(_ idleTimeout: Duration) -> TimeInterval {
+        timeoutInterval(idleTimeout).rounded(.up)
+    }
+
     private struct State {
         var session: URLSession?
         var closed = false
@@ -119,10 +127,7 @@ final class URLSessionTransport: TransportSession {
         urlRequest.httpMethod = "GET"
         urlRequest.cachePolicy = .reloadIgnoringLocalAndRemoteCacheData
         urlRequest.httpShouldHandleCookies = false
-        // swift-corelibs-foundation arms its idle timer with whole seconds (`Int(timeoutInterval) * 1000` ms): the
-        // fraction is dropped, so 900 ms would fire after 0 ms and 1.9 s after 1 s. Rounded up instead: at most a
-        // second longer than asked, never shorter. (The connect watchdog keeps the exact value.)
-        let seconds = Self.timeoutInterval(request.idleTimeout).rounded(.up)
+        let seconds = Self.requestTimeoutInterval(request.idleTimeout)
         urlRequest.timeoutInterval = seconds
         for header in request.headers {
             urlRequest.addValue(header.value, forHTTPHeaderField: header.name)
