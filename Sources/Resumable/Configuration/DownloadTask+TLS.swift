@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 extension DownloadTask {
     /// How TLS (https) connections are verified and authenticated.
@@ -338,6 +339,13 @@ enum TLSFiles {
     /// requires of a CA file: OpenSSL blocks in `open(2)` for good on a FIFO, past every timeout and a cancel, and
     /// reads a device without end. A dangling link is left to OpenSSL, which skips it.
     private static func checkHashedEntries(of directory: String, setting: String) throws(ResumableError) {
+        // Every queued download checks its configuration (a CA directory from `SSL_CERT_DIR` too): a directory whose
+        // entries were found fine is not looked through again while it keeps the status it had then (an entry added,
+        // removed or replaced changes its modification time).
+        var status = stat()
+        guard stat(directory, &status) == 0 else { return }
+        let stamp = DirectoryStamp(status)
+        if checkedDirectories.withLock({ $0[directory] == stamp }) { return }
         guard let stream = opendir(directory) else { return }
         defer { closedir(stream) }
         while let entry = readdir(stream) {
@@ -354,6 +362,29 @@ enum TLSFiles {
                     "\(setting) \(directory.debugDescription) holds \(name.debugDescription), which is not a regular file"
                 )
             }
+        }
+        checkedDirectories.withLock { $0[directory] = stamp }
+    }
+
+    /// CA directories whose hashed entries were all regular files, with the status they had then.
+    private static let checkedDirectories = Mutex<[String: DirectoryStamp]>([:])
+
+    /// What tells a directory's entries changed: its identity and its modification and change times.
+    private struct DirectoryStamp: Equatable {
+        let device: UInt64
+        let inode: UInt64
+        let modified: Int
+        let modifiedNanoseconds: Int
+        let changed: Int
+        let changedNanoseconds: Int
+
+        init(_ status: stat) {
+            device = UInt64(status.st_dev)
+            inode = UInt64(status.st_ino)
+            modified = Int(status.st_mtim.tv_sec)
+            modifiedNanoseconds = Int(status.st_mtim.tv_nsec)
+            changed = Int(status.st_ctim.tv_sec)
+            changedNanoseconds = Int(status.st_ctim.tv_nsec)
         }
     }
 

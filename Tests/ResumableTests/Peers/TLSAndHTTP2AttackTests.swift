@@ -68,6 +68,13 @@ struct TLSAndHTTP2AttackTests {
             url: nginx.url("/data/file.bin"), destination: .directory(downloads.url), configuration: configuration
         ).value
         #expect(try Data(contentsOf: result.fileURL) == Data(PeerDownloads.bytes(count: 100_000, seed: 794)))
+        // A directory found fine is not looked through again while unchanged; a FIFO added since is still refused.
+        #expect(mkfifo(capath.appendingPathComponent("ffffffff.0").path, 0o600) == 0)
+        #expect(throws: ResumableError.self, "a FIFO added to a directory checked before was accepted") {
+            try DownloadTask(
+                url: nginx.url("/data/file.bin"), destination: .directory(downloads.url), configuration: configuration
+            ).cancel()
+        }
     }
 
     final class Flag: Sendable {
