@@ -496,27 +496,33 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
     }
 
     /// The redirect's head goes to the consumer as any final head does, and the task is cancelled: the request ends
-    /// with the head (see ``TaskRouter``). A consumer that accepts it gets no body, and the request fails.
+    /// with the head (see ``TaskRouter``).
     func didRedirect(_ response: HTTPURLResponse, task: URLSessionTask) {
+        deliverRedirect(response)
+        cancellation.cancel(task)
+    }
+
+    /// Hands a redirect's head to the consumer as the request's answer, unless a head already went or the request
+    /// ended. A consumer that accepts it gets no body (FoundationNetworking keeps a redirect's body to itself), and
+    /// the request fails.
+    private func deliverRedirect(_ response: HTTPURLResponse) {
         let deliver = state.withLock { state in
             state.headArrived = true
             guard !state.headDelivered, !state.finished, !state.cancelled else { return false }
             state.headDelivered = true
             return true
         }
-        if deliver {
-            let head = Self.head(of: response)
-            let accepted = delivery.withLock { abandoned in !abandoned && consumer.receive(head) }
-            state.withLock { state in
-                if accepted {
-                    state.consumerError = ResumableError(
-                        .redirect, "the URLSession transport does not read the body of a \(head.status) redirect")
-                } else {
-                    state.declined = true
-                }
+        guard deliver else { return }
+        let head = Self.head(of: response)
+        let accepted = delivery.withLock { abandoned in !abandoned && consumer.receive(head) }
+        state.withLock { state in
+            if accepted {
+                state.consumerError = ResumableError(
+                    .redirect, "the URLSession transport does not read the body of a \(head.status) redirect")
+            } else {
+                state.declined = true
             }
         }
-        cancellation.cancel(task)
     }
 
     /// The head of `http`, as the consumer receives it.
@@ -558,27 +564,14 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
     }
 
     func didComplete(error: (any Error)?, response: URLResponse?) {
-        var (consumerError, declined, cancelled, headDelivered) = state.withLock {
-            ($0.consumerError, $0.declined, $0.cancelled, $0.headDelivered)
-        }
         // A 301-308 whose `Location` FoundationNetworking cannot follow completes without its head ever reaching the
         // delegate (it skips redirect heads, and asks about the redirect only when it could build the new request):
         // that head is the answer, delivered now, as libcurl delivers it.
-        if error == nil, !headDelivered, consumerError == nil, !declined, !cancelled,
-            let http = response as? HTTPURLResponse, (300...399).contains(http.statusCode)
-        {
-            state.withLock {
-                $0.headArrived = true; $0.headDelivered = true
-            }
-            headDelivered = true
-            let head = Self.head(of: http)
-            if delivery.withLock({ abandoned in !abandoned && consumer.receive(head) }) {
-                // Its body was never handed over (FoundationNetworking keeps a redirect's body to itself).
-                consumerError = ResumableError(
-                    .redirect, "the URLSession transport does not read the body of a \(head.status) redirect")
-            } else {
-                declined = true
-            }
+        if error == nil, let http = response as? HTTPURLResponse, (300...399).contains(http.statusCode) {
+            deliverRedirect(http)
+        }
+        let (consumerError, declined, cancelled, headDelivered) = state.withLock {
+            ($0.consumerError, $0.declined, $0.cancelled, $0.headDelivered)
         }
         if let consumerError {
             finish(.failure(consumerError))

@@ -20,10 +20,9 @@ final class TokenFile: Sendable {
         /// Whether `url` was chosen by the user (`--token`, or the token being resumed), not derived from the name.
         let chosen: Bool
         var lastToken: ResumeToken?
-        /// The last token this run wrote to `url` (not one whose write failed).
-        var written: ResumeToken?
-        /// The token this run was given to resume, at `url`.
-        var given: ResumeToken?
+        /// Whether `lastToken` is the one at `url`: the token this run was given, or the last one it wrote, and not one
+        /// whose write failed.
+        var lastTokenIsWritten = true
         var ended = false
         var replaced: ResumeToken?
         /// The token file of another unfinished download that a write of this run found at the default path, and
@@ -37,7 +36,7 @@ final class TokenFile: Sendable {
 
     /// A token file at `url`; with `nil` the file goes next to the destination (see ``defaultURL(for:number:)``).
     init(url: URL?, knownToken: ResumeToken? = nil) {
-        state = Mutex(State(url: url, chosen: url != nil, lastToken: knownToken, given: knownToken))
+        state = Mutex(State(url: url, chosen: url != nil, lastToken: knownToken))
     }
 
     /// `<destination directory>/<final file name>.resumable.json`: beside where the finished file goes; with a
@@ -86,8 +85,8 @@ final class TokenFile: Sendable {
             }
             // A checkpoint this run wrote, or else the token it was given, still the file's last word: it is what is
             // left to resume from.
-            guard let kept = state.written ?? state.given, kept == last else { return nil }
-            return (.success(url), kept)
+            guard state.lastTokenIsWritten else { return nil }
+            return (.success(url), last)
         }
     }
 
@@ -208,9 +207,10 @@ final class TokenFile: Sendable {
         }
         state.url = url
         state.lastToken = token
+        state.lastTokenIsWritten = false
         do {
             guard try token.write(to: url, replacing: occupant) else { return .changed }
-            state.written = token
+            state.lastTokenIsWritten = true
             return .written(url)
         } catch {
             return .failed(error)
