@@ -15,6 +15,13 @@ import Foundation
 ///   the hasher follows trails the newest piece by at most about one piece per connection.
 /// - **Work stealing.** A connection that finished takes the first range nobody fetches (at most a piece), else
 ///   half of the largest remaining segment, whose connection stops early.
+/// - **A held tail.** A connection whose answer goes on past its end (the first answer, a segment another connection
+///   took the rest of) may get its last bytes only with the server's next burst: nginx under `limit_rate` sends
+///   `sendfile_max_chunk` at a time and then waits, and the bytes of a burst that go past a segment's end are not
+///   what the segment waits for. When it is the last connection open, has at most a minimum segment left, and
+///   fell silent for longer than that rest should take at its rate so far and than a request takes, its rest is asked
+///   on a fresh connection, whose answer ends where the rest ends (``retakeTail(now:)``). A retaken rest is never
+///   retaken again: its own silence is a stall.
 /// - **Stalls.** A segment that received nothing for the stall timeout while the others keep receiving (and wrote
 ///   a minimum segment's worth since its last byte, or it stayed silent for twice the stall timeout), or when it
 ///   is the last one working, is stopped and asked again on a fresh connection; stalls and failed segments in a row
@@ -82,6 +89,8 @@ struct SegmentSchedule: Sendable {
         /// Opened for the next piece when a connection finished its own: for the automatic count, a connection that
         /// goes on working, not one that still has to show its rate.
         var continuesPiece = false
+        /// Opened for the rest of a held tail (``retakeTail(now:)``): never retaken itself.
+        var retakesTail = false
         /// Whether any body byte arrived.
         var received = false
         var lastActivity: ContinuousClock.Instant
@@ -137,6 +146,8 @@ struct SegmentSchedule: Sendable {
     /// How many times a new request's latency the rest of a segment must take before a connection that finished
     /// splits it at the end: the newcomer's half then arrives well before the segment would have ended.
     static let endgameLatencyFactor = 4.0
+    /// The least silence of the last connection working before its rest is asked again (``retakeTail(now:)``).
+    static let tailSilenceFloor: Duration = .milliseconds(2)
 
     let total: Int64
     let settings: Settings
@@ -169,6 +180,8 @@ struct SegmentSchedule: Sendable {
     private var lastError: ResumableError?
     /// The longest time from a request to its first body byte in this phase: what a new request costs.
     private var longestLatency: Duration?
+    /// The shortest time from a request to its first body byte in this phase: what a new request costs at least.
+    private var shortestLatency: Duration?
     /// The most connections that received body bytes at once in this phase: a server that turns connections away
     /// beside that many has no limit below it (a bad moment, a backend restarting), and later phases are not held
     /// under it (``loweredTo``).
@@ -275,6 +288,7 @@ struct SegmentSchedule: Sendable {
             connection.firstBytePosition = start
             if let requestedAt = connection.requestedAt {
                 longestLatency = max(longestLatency ?? .zero, now - requestedAt)
+                shortestLatency = min(shortestLatency ?? now - requestedAt, now - requestedAt)
             }
         }
         connection.next += Int64(count)
@@ -393,7 +407,9 @@ struct SegmentSchedule: Sendable {
         // With pieces, the connection that finished its piece goes on with the next one: a request on the same
         // kept-alive connection, not a newcomer for the automatic count.
         let continuing = finished && !connection.stopped && settings.pieceLength != nil
-        return Step(actions: fill(now: now, continuing: continuing), failure: failure)
+        let actions = fill(now: now, continuing: continuing)
+        // The last connection left may already be behind its pace: its rest need not wait for the next tick.
+        return Step(actions: actions.isEmpty ? retakeTail(now: now) : actions, failure: failure)
     }
 
     private static func error(of verdict: ResumeStateMachine.SegmentVerdict?) -> ResumableError? {
@@ -480,10 +496,12 @@ struct SegmentSchedule: Sendable {
         // A connection that finished found no segment worth splitting then; the rest of a slow one may be worth it by
         // now (``takeEndgameWork(now:)``). Not while a stopped connection has yet to end: its range goes to its
         // successor first.
-        if connections.count < target, claimed.gaps(in: 0..<total).isEmpty,
-            let range = takeEndgameWork(now: now)
-        {
-            actions.append(open(range, now: now))
+        if connections.count < target, claimed.gaps(in: 0..<total).isEmpty {
+            if let range = takeEndgameWork(now: now) {
+                actions.append(open(range, now: now))
+            } else {
+                actions += retakeTail(now: now)
+            }
         }
         return Step(actions: actions)
     }
@@ -725,5 +743,37 @@ struct SegmentSchedule: Sendable {
         let split = victim.next + (victim.end - victim.next) / 2
         connections[id]?.end = split
         return split..<victim.end
+    }
+
+    /// The last connection working holds the download's end: its rest (at most a minimum segment, which
+    /// ``takeEndgameWork(now:)`` did not split) is stopped and asked on a fresh connection when its answer goes on past
+    /// its end and it fell silent for longer than its rest should take at its rate so far, longer than the shortest
+    /// request of this phase took to bring its first byte, and longer than ``tailSilenceFloor``.
+    ///
+    /// Why: a server that paces a response in bursts (nginx under `limit_rate` sends `sendfile_max_chunk`, then waits
+    /// a burst's time) delivers the bytes of an answer that goes on past the segment's end only with the burst that
+    /// carries them, up to a burst's time after the others ended (256 KiB at 8 MiB/s: 31 ms; nginx's default 2 MiB:
+    /// 250 ms), while a range that ends there is sent at once. Only the last connection is judged, and only when no
+    /// other is open (and the count allows another): while another works, it takes the end game's share when it
+    /// finishes. A connection that was only late costs one request and the bytes it had in flight, once: a retaken
+    /// rest is never retaken, and a trickle (whose rest takes long at its own rate) is left to the stall check.
+    private mutating func retakeTail(now: ContinuousClock.Instant) -> [Action] {
+        guard connections.count == 1, connections.count < target, let (id, victim) = connections.first,
+            victim.accepted, !victim.stopped, !victim.retakesTail, victim.covers > victim.end,
+            let firstByteAt = victim.firstByteAt
+        else { return [] }
+        let remaining = victim.end - victim.next
+        let brought = victim.next - victim.firstBytePosition
+        guard remaining > 0, remaining <= max(settings.minimumSegmentLength, 1), brought > 0 else { return [] }
+        // The ratio is capped as in the end game, so that the product stays finite.
+        let pace = (now - firstByteAt) * min(Double(remaining) / Double(brought), 1_000_000)
+        guard let latency = shortestLatency, now - victim.lastActivity > max(pace, latency, Self.tailSilenceFloor)
+        else { return [] }
+        let rest = victim.next..<victim.end
+        connections[id]?.end = victim.next
+        connections[id]?.stopped = true
+        let request = open(rest, now: now)
+        if case .request(let newcomer, _) = request { connections[newcomer]?.retakesTail = true }
+        return [.stop(connection: id), request]
     }
 }
