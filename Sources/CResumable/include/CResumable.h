@@ -54,10 +54,15 @@ void cresumable_sha256_hasher_destroy(cresumable_sha256_hasher *hasher);
 int cresumable_start_writeback(int descriptor, int64_t offset, int64_t count);
 
 /// Extends the file to `length` bytes with allocated blocks (`fallocate`, 8 MiB at a time so that writers are not held
-/// for the whole length) where the file system allows, else as a sparse file (`ftruncate`); never shrinks it. Returns 0
+/// for the whole length) where the file system allows, else as a sparse file (`ftruncate`), and always as a sparse file
+/// on tmpfs, where allocating only zeroes memory the writes overwrite; never shrinks it. Returns 0
 /// or an errno value (`ENOSPC` when the free space cannot hold what is missing, checked first, so the disk is left as it
 /// was; only a disk filled by someone else meanwhile leaves the file longer than before).
 int cresumable_preallocate(int descriptor, int64_t length);
+
+/// Whether the file behind `descriptor` lives in memory (tmpfs), where `cresumable_preallocate` reserves no pages:
+/// 1 or 0 (0 also when it cannot tell).
+int cresumable_is_in_memory(int descriptor);
 
 /// Copies the bytes `offset..<offset + length` of `from` to the same offsets of `to`: in the kernel
 /// (`copy_file_range`, which may share blocks where the file system can) or, where that cannot be used between these

@@ -89,7 +89,7 @@ extension DownloadEngine {
             }
         }
         // Once a second connection is opened, after its request went out, and beside the loop: allocating a large file
-        // takes a while (tmpfs zeroes its pages, and writers wait meanwhile), and fallocate keeps whatever segments wrote
+        // takes a while (writers wait meanwhile), and fallocate keeps whatever segments wrote
         // meanwhile. It fails early on a full disk. Not while one connection writes in order (the automatic count's
         // first window): it would measure the allocation, not the connection.
         func preallocateIfPending() {
