@@ -8,20 +8,21 @@ import Testing
 /// server that paces its answers in bursts (nginx under `limit_rate`) sends the bytes of an answer that goes on past
 /// the segment's end only with the burst that carries them.
 extension SegmentScheduleTests {
-    /// Two connections over 3 MiB: the probe keeps [0, 1.5 MiB), connection 1 fetches the rest. Both bring their first
-    /// 64 KiB at once (connection 1's request took 2 ms); at 100 ms connection 1 is done, and the probe brought all but
-    /// `rest` bytes of its segment.
-    func probeHeldShortOfItsEnd(rest: Int64, start: ContinuousClock.Instant) -> SegmentSchedule {
+    /// Two connections over 3 MiB: the probe keeps [0, 1.5 MiB), connection 1 fetches the rest. Both bring a first byte
+    /// at once (connection 1's request took 2 ms); at `by`, the probe lacks `probeRest` bytes of its segment and
+    /// connection 1 `otherRest` of its own.
+    func twoConnections(
+        probeRest: Int64, otherRest: Int64 = 0, by: Duration, start: ContinuousClock.Instant
+    ) -> SegmentSchedule {
         var schedule = schedule(total: 3 << 20, connections: .fixed(2), now: start)
         let split = Self.requests(schedule.start(now: start).actions)
         #expect(split == [1: (3 << 19)..<(3 << 20)])
-        let first = 64 << 10
-        _ = schedule.wrote(connection: 0, count: first, now: start + .milliseconds(1))
+        _ = schedule.wrote(connection: 0, count: 1, now: start + .milliseconds(1))
         _ = schedule.head(connection: 1, verdict: .join(end: 3 << 20), now: start + .milliseconds(2))
-        _ = schedule.wrote(connection: 1, count: first, now: start + .milliseconds(2))
-        _ = schedule.wrote(connection: 0, count: Int((3 << 19) - rest) - first, now: start + .milliseconds(100))
-        let complete = schedule.wrote(connection: 1, count: Int(3 << 19) - first, now: start + .milliseconds(100))
-        #expect(complete)
+        _ = schedule.wrote(connection: 1, count: 1, now: start + .milliseconds(2))
+        let probeComplete = schedule.wrote(connection: 0, count: Int((3 << 19) - probeRest) - 1, now: start + by)
+        let otherComplete = schedule.wrote(connection: 1, count: Int((3 << 19) - otherRest) - 1, now: start + by)
+        #expect(probeComplete == (probeRest == 0) && otherComplete == (otherRest == 0))
         return schedule
     }
 
@@ -29,7 +30,7 @@ extension SegmentScheduleTests {
     func heldTailIsRetaken() {
         let start = ContinuousClock.now
         let rest: Int64 = 40 << 10
-        var schedule = probeHeldShortOfItsEnd(rest: rest, start: start)
+        var schedule = twoConnections(probeRest: rest, by: .milliseconds(100), start: start)
         // At the probe's rate (1.46 MiB in 99 ms), its 40 KiB take under 3 ms: not behind when connection 1 ends, nor
         // 2 ms later.
         let ended = schedule.ended(connection: 1, error: nil, now: start + .milliseconds(100))
@@ -59,7 +60,7 @@ extension SegmentScheduleTests {
     func retakenTailIsNotRetakenAgain() {
         let start = ContinuousClock.now
         let rest: Int64 = 40 << 10
-        var schedule = probeHeldShortOfItsEnd(rest: rest, start: start)
+        var schedule = twoConnections(probeRest: rest, by: .milliseconds(100), start: start)
         _ = schedule.ended(connection: 1, error: nil, now: start + .milliseconds(100))
         let retake = schedule.tick(now: start + .milliseconds(105))
         #expect(Self.requests(retake.actions).count == 1)
@@ -78,15 +79,8 @@ extension SegmentScheduleTests {
     @Test("A slow connection whose rest takes longer than its silence at its own rate is left alone (a trickle)")
     func trickleIsNotRetaken() {
         let start = ContinuousClock.now
-        var schedule = schedule(total: 3 << 20, connections: .fixed(2), now: start)
-        _ = schedule.start(now: start)
-        // Connection 1's request takes 2 ms; the probe brings all but 40 KiB of its segment over 10 s (150 KiB/s).
-        _ = schedule.wrote(connection: 0, count: 1, now: start + .milliseconds(1))
-        _ = schedule.head(connection: 1, verdict: .join(end: 3 << 20), now: start + .milliseconds(2))
-        _ = schedule.wrote(connection: 1, count: 1, now: start + .milliseconds(2))
-        _ = schedule.wrote(connection: 0, count: Int((3 << 19) - (40 << 10)) - 1, now: start + .seconds(10))
-        let complete = schedule.wrote(connection: 1, count: Int(3 << 19) - 1, now: start + .seconds(10))
-        #expect(complete)
+        // The probe brings all but 40 KiB of its segment over 10 s (150 KiB/s).
+        var schedule = twoConnections(probeRest: 40 << 10, by: .seconds(10), start: start)
         _ = schedule.ended(connection: 1, error: nil, now: start + .seconds(10))
         // At 150 KiB/s its 40 KiB take 270 ms: 200 ms of silence is not behind its pace.
         let atPace = schedule.tick(now: start + .seconds(10) + .milliseconds(200))
@@ -99,16 +93,8 @@ extension SegmentScheduleTests {
     @Test("A range whose answer ends where it ends is not retaken: the server sends its last burst at once")
     func closedRangeIsNotRetaken() {
         let start = ContinuousClock.now
-        var schedule = schedule(total: 3 << 20, connections: .fixed(2), now: start)
-        _ = schedule.start(now: start)
-        // Both bring bytes at once (connection 1's request took 2 ms); at 100 ms the probe is done and connection 1,
-        // whose 206 ends where its range ends, lacks 40 KiB.
-        _ = schedule.wrote(connection: 0, count: 1, now: start + .milliseconds(1))
-        _ = schedule.head(connection: 1, verdict: .join(end: 3 << 20), now: start + .milliseconds(2))
-        _ = schedule.wrote(connection: 1, count: 1, now: start + .milliseconds(2))
-        let probeComplete = schedule.wrote(connection: 0, count: Int(3 << 19) - 1, now: start + .milliseconds(100))
-        #expect(probeComplete)
-        _ = schedule.wrote(connection: 1, count: Int((3 << 19) - (40 << 10)) - 1, now: start + .milliseconds(100))
+        // At 100 ms the probe is done, and connection 1, whose 206 ends where its range ends, lacks 40 KiB.
+        var schedule = twoConnections(probeRest: 0, otherRest: 40 << 10, by: .milliseconds(100), start: start)
         let ended = schedule.ended(connection: 0, error: nil, now: start + .milliseconds(100))
         #expect(Self.requests(ended.actions).isEmpty)
         for milliseconds in [105, 200, 1_000, 4_000] {
