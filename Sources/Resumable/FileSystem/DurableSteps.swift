@@ -21,6 +21,8 @@ package enum DurableSteps {
     /// What a step did.
     package enum Kind: String, Sendable {
         case create, write, flush, truncate, tokenWrite = "token-write", rename, link, unlink
+        /// A directory's entries flushed, where a step depends on it (a temporary file's name before a token counts on it).
+        case flushDirectory = "flush-directory"
     }
 
     #if DEBUG
@@ -104,12 +106,15 @@ package enum DurableSteps {
         }
     #endif
 
-    /// Flushes `directory`'s entries (a rename or unlink in it), best effort: after a token write, a finished
-    /// file's move and a record's removal. `""` is the current directory.
-    static func flushDirectory(_ directory: String) {
+    /// Flushes `directory`'s entries (a rename or unlink in it): after a token write, a finished file's move and a
+    /// record's removal, best effort; before the first token that counts on a temporary file's name, checked
+    /// (``PartialFile/synchronize()``). `""` is the current directory. Returns 0 or the `errno` of what failed.
+    @discardableResult
+    static func flushDirectory(_ directory: String) -> Int32 {
         let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { return }
-        fsync(descriptor)
+        guard descriptor >= 0 else { return errno }
+        let code = fsync(descriptor) == 0 ? 0 : errno
         close(descriptor)
+        return code
     }
 }

@@ -20,6 +20,8 @@ final class PartialFile: Sendable {
     private let released = Atomic<Bool>(false)
     /// The `errno` of the first flush that failed, 0 while none did: see ``synchronize()``.
     private let flushFailure = Atomic<Int32>(0)
+    /// Whether the file's name in its directory was flushed: see ``synchronize()``.
+    private let nameFlushed = Atomic<Bool>(false)
 
     private init(path: String, descriptor: Int32) {
         self.path = path
@@ -163,6 +165,12 @@ final class PartialFile: Sendable {
     /// once, marks the pages it could not write clean (their data is gone) and returns 0 from the next call, so a
     /// flush that succeeds after a failed one says nothing about the bytes written before (PostgreSQL's "fsyncgate").
     /// No token may then cover a byte past the last flush that succeeded.
+    ///
+    /// The first flush that succeeds also flushes the file's directory: `fdatasync` makes the bytes durable, not the
+    /// name through which a token finds them. Every token that counts on those bytes is handed out after a flush, and
+    /// after a crash it must find its file: on file systems whose flush of one file does not commit the creation of
+    /// another (btrfs, for one), the token could outlive the name and its bytes be lost. A directory flush that fails
+    /// counts as a failed flush.
     func synchronize() throws(ResumableError) {
         let earlier = flushFailure.load(ordering: .acquiring)
         guard earlier == 0 else { throw .fileSystem("flushing (it failed before)", path: path, errno: earlier) }
@@ -189,6 +197,15 @@ final class PartialFile: Sendable {
             throw .fileSystem("flushing", path: path, errno: code)
         }
         DurableSteps.record(.flush, path)
+        guard !nameFlushed.load(ordering: .acquiring) else { return }
+        let directory = (path as NSString).deletingLastPathComponent
+        let directoryCode = DurableSteps.flushDirectory(directory)
+        guard directoryCode == 0 else {
+            flushFailure.store(directoryCode, ordering: .releasing)
+            throw .fileSystem("flushing the directory of", path: path, errno: directoryCode)
+        }
+        nameFlushed.store(true, ordering: .releasing)
+        DurableSteps.record(.flushDirectory, directory)
     }
 
     /// Asks the kernel to start writing `count` bytes at `offset` to disk, without waiting.
@@ -245,8 +262,8 @@ final class PartialFile: Sendable {
                 }
                 DurableSteps.record(.write, copy.path)
             }
+            // Its data, then its name (``synchronize()`` flushes the directory the first time).
             try copy.synchronize()
-            DurableSteps.flushDirectory(directory)
         } catch {
             copy.remove()
             copy.release()

@@ -48,9 +48,11 @@ struct TLSAndHTTP2AttackTests {
         let downloads = try TemporaryDirectory()
         var configuration = PeerDownloads.configuration(.libcurl)
         configuration.tls = .init(trust: .pemDirectory(capath))
-        configuration.connectTimeout = .seconds(2)
-        configuration.idleTimeout = .seconds(2)
-        configuration.deadline = .seconds(5)
+        // Bounds for a download that would hang on the FIFO; generous, since the download that must succeed below uses
+        // them too, on a machine that may be busy (5 s was once too short under two test runs at once).
+        configuration.connectTimeout = .seconds(10)
+        configuration.idleTimeout = .seconds(10)
+        configuration.deadline = .seconds(60)
         do {
             let task = try DownloadTask(
                 url: nginx.url("/data/file.bin"), destination: .directory(downloads.url), configuration: configuration)
