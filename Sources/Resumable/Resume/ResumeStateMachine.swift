@@ -614,6 +614,20 @@ struct ResumeStateMachine: Sendable {
                         .protocolViolation, "the server answered \(status) to a range request for a segment"))
                 : .fileChanged(.representationChanged)
         case 416:
+            // A range inside a file of the length the server itself names cannot be unsatisfiable: a 416 whose
+            // `Content-Range` is `bytes */<the known total>`, with no validator that differs, is the server failing
+            // under this load, not a new file (a new one of the same length fails `If-Range`: a 200). Restarting would
+            // throw away every byte on disk; the segment is asked again instead. Any other 416 says the file changed.
+            if let header = head.value("Content-Range"), let contentRange = ContentRange(header),
+                case .unsatisfied(let completeLength) = contentRange.value, completeLength == state.expectedLength,
+                requested.upperBound <= completeLength, state.validators.agree(with: head)
+            {
+                return .unusable(
+                    ResumableError(
+                        .protocolViolation,
+                        "the server answered 416 to a segment inside the file of \(completeLength) bytes it names",
+                        httpStatus: 416))
+            }
             return .fileChanged(.unsatisfiableRange("a segment's range is beyond the file on the server"))
         case 408, 429, 500...599:
             let retryAfter = head.value("Retry-After").flatMap { RetryAfter.delay($0, now: Date()) }

@@ -100,6 +100,18 @@ struct SegmentJudgementTests {
         #expect(verdict(ResponseHead(status: 200, headers: [HTTPHeader(name: "ETag", value: Self.etag)])) == "unusable")
         #expect(verdict(ResponseHead(status: 200, headers: [HTTPHeader(name: "ETag", value: "\"v2\"")])) == "restart")
         #expect(verdict(ResponseHead(status: 416, headers: [])) == "restart")
+        // A 416 about a file of the same length cannot be about this range: the server failed, the file did not change.
+        let unsatisfied = { (range: String, etag: String?) in
+            ResponseHead(
+                status: 416,
+                headers: [HTTPHeader(name: "Content-Range", value: range)]
+                    + (etag.map { [HTTPHeader(name: "ETag", value: $0)] } ?? []))
+        }
+        #expect(verdict(unsatisfied("bytes */\(Self.total)", nil)) == "unusable")
+        #expect(verdict(unsatisfied("bytes */\(Self.total)", Self.etag)) == "unusable")
+        #expect(verdict(unsatisfied("bytes */\(Self.total)", "\"v2\"")) == "restart")
+        #expect(verdict(unsatisfied("bytes */\(Self.total - 1)", nil)) == "restart")
+        #expect(verdict(unsatisfied("bytes 0-99/\(Self.total)", nil)) == "restart")
         #expect(
             verdict(ResponseHead(status: 503, headers: [HTTPHeader(name: "Retry-After", value: "1")])) == "overloaded")
         #expect(verdict(ResponseHead(status: 429, headers: [])) == "overloaded")

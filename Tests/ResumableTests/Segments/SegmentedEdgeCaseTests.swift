@@ -12,12 +12,17 @@ struct SegmentedEdgeCaseTests {
     static let total = Segmented.total
     static let quarters = (0..<4).map { Segmented.start($0, of: 4) }
 
-    @Test("A 416 to a segment's range restarts the whole download from byte 0", arguments: TransportKind.all)
+    @Test(
+        "A 416 to a segment's range that names a shorter file restarts the whole download from byte 0",
+        arguments: TransportKind.all)
     func unsatisfiableSegment(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.generated(length: Self.total, seed: 61))
+        // The file the 416 names ends where the segment starts. (One that names the known length is the server
+        // failing, not a new file: *A segment answered 416 about a file of the same length…*.)
         fixture.server.enqueue(
-            ScriptedResponse(status: 416, headers: [HeaderField("Content-Range", "bytes */\(Self.total)")], text: ""),
+            ScriptedResponse(
+                status: 416, headers: [HeaderField("Content-Range", "bytes */\(Self.quarters[2])")], text: ""),
             for: Self.path, whenRangeStartsAt: Self.quarters[2])
         let events = EventLog()
         let result = try await fixture.download(configuration: Segmented.configuration(.fixed(4), events: events))
