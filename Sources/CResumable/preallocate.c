@@ -41,8 +41,10 @@ int cresumable_preallocate(int descriptor, int64_t length) {
         if (needed > 0 && ((uint64_t)needed - 1) / space.f_frsize + 1 > available) return ENOSPC;
     }
     // tmpfs keeps files in memory: fallocate there zeroes every page (about 30 ms of CPU per 100 MiB, taken from the
-    // connections that are starting), pages the segments overwrite anyway, and it brings no contiguous blocks. The
-    // space check above is what it would give: a sparse file of the full length instead.
+    // connections that are starting), pages the segments overwrite anyway, and it brings no contiguous blocks. A sparse
+    // file of the full length instead, after the space check above. What is given up: the pages are not reserved, so
+    // another writer may fill the file system meanwhile; the download then fails with ENOSPC (diskFull) and a token
+    // that lists what was written, as on a file system without fallocate.
     int inMemory = cresumable_is_in_memory(descriptor);
     // A piece at a time: fallocate holds the file's lock while it works, and the segments writing meanwhile would
     // wait for the whole length at once.
