@@ -14,9 +14,9 @@ import Testing
 /// A directory a user may create files in and rename them within, but not list (mode `-wx`, a "drop box" such as an
 /// upload or spool directory), cannot be opened `O_RDONLY`: the directory flush fails with `EACCES` though nothing is
 /// wrong with the disk. Before cc8393e that flush was best effort and such a download finished (the move into place
-/// needs only write and search permission); now the failure counts as a failed flush of the file: the download stops
-/// after every byte was written and flushed, and the token left says byte 0, so every resume starts over and fails
-/// again. The CLI runs as `nobody` (`setpriv`): root ignores directory permissions.
+/// needs only write and search permission); cc8393e counted the failure as a failed flush of the file: the download
+/// stopped after every byte was written and flushed, with a token at byte 0, and every resume failed again. A flush
+/// that cannot be tried no longer counts. The CLI runs as `nobody` (`setpriv`): root ignores directory permissions.
 @Suite("Attacks on the temporary file's name flush")
 struct NameFlushAttackTests {
     /// Runs the CLI as uid/gid 65534 with `arguments`; standard error goes to the collected output.
@@ -26,7 +26,8 @@ struct NameFlushAttackTests {
             try SpawnedProcess.run(
                 executable: URL(fileURLWithPath: "/usr/bin/setpriv"),
                 arguments: [
-                    "--reuid=65534", "--regid=65534", "--clear-groups", "--", "/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1",
+                    "--reuid=65534", "--regid=65534", "--clear-groups", "--", "/bin/sh", "-c",
+                    "exec \"$0\" \"$@\" 2>&1",
                     executable,
                 ] + arguments,
                 currentDirectory: directory)
