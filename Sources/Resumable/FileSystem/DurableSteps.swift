@@ -106,15 +106,25 @@ package enum DurableSteps {
         }
     #endif
 
+    /// What a directory flush came to.
+    enum DirectoryFlush: Equatable {
+        case flushed
+        /// The directory could not be opened (`errno`): not readable to this user (a drop box, mode -wx), no
+        /// descriptor left, gone. Nothing was tried.
+        case notOpened(Int32)
+        /// `fsync` failed with `errno`.
+        case failed(Int32)
+    }
+
     /// Flushes `directory`'s entries (a rename or unlink in it): after a token write, a finished file's move and a
     /// record's removal, best effort; before the first token that counts on a temporary file's name, checked
-    /// (``PartialFile/synchronize()``). `""` is the current directory. Returns 0 or the `errno` of what failed.
+    /// (``PartialFile/synchronize()``). `""` is the current directory.
     @discardableResult
-    static func flushDirectory(_ directory: String) -> Int32 {
+    static func flushDirectory(_ directory: String) -> DirectoryFlush {
         let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { return errno }
-        let code = fsync(descriptor) == 0 ? 0 : errno
+        guard descriptor >= 0 else { return .notOpened(errno) }
+        let outcome: DirectoryFlush = fsync(descriptor) == 0 ? .flushed : .failed(errno)
         close(descriptor)
-        return code
+        return outcome
     }
 }

@@ -170,8 +170,8 @@ final class PartialFile: Sendable {
     /// name through which a token finds them. Every token that counts on those bytes is handed out after a flush, and
     /// after a crash it must find its file: on file systems whose flush of one file does not commit the creation of
     /// another (btrfs, for one), the token could outlive the name and its bytes be lost. A directory flush that fails
-    /// counts as a failed flush; one that cannot be tried (a directory the user may write into but not read, a file
-    /// system that cannot flush directories) does not.
+    /// counts as a failed flush; one that cannot be tried (a directory the user may write into but not read, no
+    /// descriptor left, a file system that cannot flush directories) does not, and is tried again at the next flush.
     func synchronize() throws(ResumableError) {
         let earlier = flushFailure.load(ordering: .acquiring)
         guard earlier == 0 else { throw .fileSystem("flushing (it failed before)", path: path, errno: earlier) }
@@ -200,17 +200,21 @@ final class PartialFile: Sendable {
         DurableSteps.record(.flush, path)
         guard !nameFlushed.load(ordering: .acquiring) else { return }
         let directory = (path as NSString).deletingLastPathComponent
-        var directoryCode = DurableSteps.flushDirectory(directory)
-        // A directory this user may write into but not list (mode -wx, a drop box) cannot be opened to be flushed, and
-        // some file systems cannot flush a directory (EINVAL): nothing more can be done for the name there, as for any
-        // download before this flush existed. Only a flush that was tried and failed counts against the file.
-        if directoryCode == EACCES || directoryCode == EPERM || directoryCode == EINVAL { directoryCode = 0 }
-        guard directoryCode == 0 else {
-            flushFailure.store(directoryCode, ordering: .releasing)
-            throw .fileSystem("flushing the directory of", path: path, errno: directoryCode)
+        switch DurableSteps.flushDirectory(directory) {
+        case .flushed:
+            nameFlushed.store(true, ordering: .releasing)
+            DurableSteps.record(.flushDirectory, directory)
+        case .notOpened:
+            // Not tried: a directory this user may write into but not list (mode -wx, a drop box), or no descriptor
+            // left. The name stays as every download before this flush left it; the next flush tries again.
+            return
+        case .failed(let code) where code == EINVAL:
+            // A file system that cannot flush a directory: nothing more can be done for the name there.
+            nameFlushed.store(true, ordering: .releasing)
+        case .failed(let code):
+            flushFailure.store(code, ordering: .releasing)
+            throw .fileSystem("flushing the directory of", path: path, errno: code)
         }
-        nameFlushed.store(true, ordering: .releasing)
-        DurableSteps.record(.flushDirectory, directory)
     }
 
     /// Asks the kernel to start writing `count` bytes at `offset` to disk, without waiting.
