@@ -39,27 +39,6 @@ struct SegmentRefusalTests {
         #expect(fixture.temporaryFiles().isEmpty)
     }
 
-    @Test(
-        "A segment answered 416 about a file of the same length: the segment is asked again, nothing on disk is lost",
-        arguments: TransportKind.all)
-    func unsatisfiableAboutTheSameFile(transport: TransportKind) async throws {
-        let fixture = try DownloadFixture(transport: transport)
-        fixture.serve(.generated(length: Self.total, seed: 44))
-        // The second quarter's first request gets a 416 that names the file's own length: the server failing, not a
-        // new file (which If-Range would have answered with a 200).
-        fixture.server.enqueue(
-            ScriptedResponse(status: 416, headers: [HeaderField("Content-Range", "bytes */\(Self.total)")]),
-            for: Self.path, whenRangeStartsAt: Self.quarters[1])
-        let events = EventLog()
-        let result = try await fixture.download(configuration: Segmented.configuration(.fixed(4), events: events)).value
-        #expect(try fixture.file(result.fileURL, holds: Self.total, seed: 44))
-        #expect(!result.restarted, "a 416 about the same file threw the download away")
-        #expect(events.restarts.isEmpty)
-        #expect(fixture.server.requests(for: Self.path).filter { $0.range == nil }.count == 1)
-        #expect(events.segmentsFailed.contains { $0.error.httpStatus == 416 }, "\(events.segmentsFailed)")
-        #expect(fixture.temporaryFiles().isEmpty)
-    }
-
     @Test("Every segment answered 404 while the first answer is read: that answer alone finishes the file")
     func everySegmentNotFound() async throws {
         let fixture = try DownloadFixture()

@@ -12,25 +12,37 @@ struct SegmentedEdgeCaseTests {
     static let total = Segmented.total
     static let quarters = (0..<4).map { Segmented.start($0, of: 4) }
 
+    /// What a 416 to a segment names, and what follows.
+    enum Unsatisfiable: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        /// A file that ends where the segment starts: another version; the whole download restarts from byte 0.
+        case shorterFile = "a shorter file restarts the whole download from byte 0"
+        /// The known length, for a range inside it: the server failing, not a new file (which If-Range would have
+        /// answered with a 200); that segment is asked again, nothing on disk is lost.
+        case sameLength = "the known length asks that segment again, nothing on disk is lost"
+
+        var testDescription: String { rawValue }
+    }
+
     @Test(
-        "A 416 to a segment's range that names a shorter file restarts the whole download from byte 0",
-        arguments: TransportKind.all)
-    func unsatisfiableSegment(transport: TransportKind) async throws {
+        "A 416 to a segment's range that names", arguments: TransportKind.all, Unsatisfiable.allCases)
+    func unsatisfiableSegment(transport: TransportKind, answer: Unsatisfiable) async throws {
         let fixture = try DownloadFixture(transport: transport)
         fixture.serve(.generated(length: Self.total, seed: 61))
-        // The file the 416 names ends where the segment starts. (One that names the known length is the server
-        // failing, not a new file: *A segment answered 416 about a file of the same length…*.)
+        let named = answer == .shorterFile ? Self.quarters[2] : Self.total
         fixture.server.enqueue(
-            ScriptedResponse(
-                status: 416, headers: [HeaderField("Content-Range", "bytes */\(Self.quarters[2])")], text: ""),
+            ScriptedResponse(status: 416, headers: [HeaderField("Content-Range", "bytes */\(named)")], text: ""),
             for: Self.path, whenRangeStartsAt: Self.quarters[2])
         let events = EventLog()
         let result = try await fixture.download(configuration: Segmented.configuration(.fixed(4), events: events))
             .value
         #expect(try fixture.file(result.fileURL, holds: Self.total, seed: 61))
-        #expect(result.restarted)
-        #expect(!events.restarts.isEmpty)
-        #expect(fixture.server.requests(for: Self.path).filter { $0.range == nil }.count == 2)
+        let restarts = answer == .shorterFile
+        #expect(result.restarted == restarts)
+        #expect(events.restarts.isEmpty == !restarts)
+        #expect(fixture.server.requests(for: Self.path).filter { $0.range == nil }.count == (restarts ? 2 : 1))
+        if !restarts {
+            #expect(events.segmentsFailed.contains { $0.error.httpStatus == 416 }, "\(events.segmentsFailed)")
+        }
         #expect(fixture.temporaryFiles().isEmpty)
     }
 
