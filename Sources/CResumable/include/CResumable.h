@@ -55,9 +55,9 @@ int cresumable_start_writeback(int descriptor, int64_t offset, int64_t count);
 
 /// Extends the file to `length` bytes with allocated blocks (`fallocate`, 8 MiB at a time so that writers are not held
 /// for the whole length) where the file system allows, else as a sparse file (`ftruncate`), and always as a sparse file
-/// on tmpfs, where allocating only zeroes memory the writes overwrite; never shrinks it. Returns 0
-/// or an errno value (`ENOSPC` when the free space cannot hold what is missing, checked first, so the disk is left as it
-/// was; only a disk filled by someone else meanwhile leaves the file longer than before).
+/// on tmpfs, where allocating only zeroes memory the writes overwrite; never shrinks it. Returns 0 or an errno value
+/// (`ENOSPC` when the free space cannot hold what is missing, checked first, so the disk is left as it was; only a disk
+/// filled by someone else meanwhile leaves the file longer than before).
 int cresumable_preallocate(int descriptor, int64_t length);
 
 /// Whether the file behind `descriptor` lives in memory (tmpfs), where `cresumable_preallocate` reserves no pages:

@@ -107,7 +107,7 @@ package enum DurableSteps {
     #endif
 
     /// What a directory flush came to.
-    enum DirectoryFlush: Equatable {
+    enum DirectoryFlush {
         case flushed
         /// The directory could not be opened (`errno`): not readable to this user (a drop box, mode -wx), no
         /// descriptor left, gone. Nothing was tried.

@@ -287,8 +287,9 @@ struct SegmentSchedule: Sendable {
             connection.firstByteAt = now
             connection.firstBytePosition = start
             if let requestedAt = connection.requestedAt {
-                longestLatency = max(longestLatency ?? .zero, now - requestedAt)
-                shortestLatency = min(shortestLatency ?? now - requestedAt, now - requestedAt)
+                let latency = now - requestedAt
+                longestLatency = max(longestLatency ?? .zero, latency)
+                shortestLatency = min(shortestLatency ?? latency, latency)
             }
         }
         connection.next += Int64(count)

@@ -114,7 +114,8 @@ struct SegmentTailRetakeTests {
     func heldProbeTail(transport: TransportKind) async throws {
         let fixture = try DownloadFixture(transport: transport)
         let seed: UInt64 = 7_411
-        fixture.serve(.generated(length: Segmented.total, seed: seed))
+        let resource = Resource.generated(length: Segmented.total, seed: seed)
+        fixture.serve(resource)
         // The first answer (a 200 carrying the whole file) sends all but the last 20 KiB of its half, then holds: a
         // burst that never comes. The second half comes at once.
         let half = Segmented.total / 2
@@ -137,6 +138,11 @@ struct SegmentTailRetakeTests {
         let asked = fixture.rangeRequests().compactMap { askedRange($0, total: Segmented.total) }
         #expect(
             asked.contains { $0 == retaken.first }, "the held rest was asked as a range ending where it ends: \(asked)")
+        // Asked as every segment is (protocol rule 17b): a closed range under If-Range with the first answer's ETag.
+        let etag = try #require(resource.etag)
+        let retake = try #require(
+            fixture.rangeRequests().first { askedRange($0, total: Segmented.total) == retaken.first })
+        #expect(retake.closedByteRange != nil && retake.ifRange == etag, "\(retake)")
         #expect(fixture.server.requests(for: Segmented.path).filter { $0.range == nil }.count == 1)
         #expect(fixture.temporaryFiles().isEmpty)
     }
