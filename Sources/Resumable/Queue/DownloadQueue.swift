@@ -393,7 +393,7 @@ public actor DownloadQueue {
             }
         }
         if !added.isEmpty { store?.flushDirectory() }
-        for id in added {
+        for id in added where !subscribers.isEmpty {
             if let url = entries[id]?.url { send(.added(id, HTTPURL.removingUserInfo(url))) }
         }
         perform(actions)

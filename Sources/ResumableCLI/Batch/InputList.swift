@@ -193,14 +193,18 @@ enum InputList {
 
         init(urlLine: Substring.UnicodeScalarView, line: Int) throws(InputListError) {
             self.line = line
-            let parts = urlLine.split(separator: "\t").filter { !$0.allSatisfy(InputList.isBlank) }
-            if parts.count > 1 { throw InputListError(line: line, .mirrors) }
-            let text = String(String.UnicodeScalarView(urlLine))
-            if let scalar = text.unicodeScalars.first(where: InputList.isControlOrFormatting) {
-                throw InputListError(line: line, .controlCharacter(scalar))
-            }
-            if text.unicodeScalars.contains(where: { $0.properties.isWhitespace }) {
-                throw InputListError(line: line, .spaceInURL(text))
+            let text = String(Substring(urlLine))
+            // The usual line, printable ASCII only (no blank, tab or control), passes every check below: a list of
+            // thousands of URLs is not looked up scalar by scalar in Unicode's property tables.
+            if !text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) {
+                let parts = urlLine.split(separator: "\t").filter { !$0.allSatisfy(InputList.isBlank) }
+                if parts.count > 1 { throw InputListError(line: line, .mirrors) }
+                if let scalar = text.unicodeScalars.first(where: InputList.isControlOrFormatting) {
+                    throw InputListError(line: line, .controlCharacter(scalar))
+                }
+                if text.unicodeScalars.contains(where: { $0.properties.isWhitespace }) {
+                    throw InputListError(line: line, .spaceInURL(text))
+                }
             }
             guard let url = URL(string: text), HTTPURL.isSupported(url) else {
                 throw InputListError(line: line, .invalidURL(text))
