@@ -76,6 +76,11 @@ struct InputListTests {
             ("out=a.txt", 1, .invalidURL("out=a.txt")),
             ("http://h/\u{1B}[2J", 1, .controlCharacter("\u{1B}")),
             ("http://h/a\u{202E}", 1, .controlCharacter("\u{202E}")),
+            // Just outside the printable-ASCII lines that skip these checks: DEL, a C1 control, Unicode spaces.
+            ("http://h/a\u{7F}", 1, .controlCharacter("\u{7F}")),
+            ("http://h/a\u{85}", 1, .controlCharacter("\u{85}")),
+            ("http://h/a\u{A0}b", 1, .spaceInURL("http://h/a\u{A0}b")),
+            ("http://h/a\u{3000}b", 1, .spaceInURL("http://h/a\u{3000}b")),
             ("http://h/a\n  out=a\u{0}b", 2, .controlCharacter("\u{0}")),
             ("http://h/a\rhttp://h/b", 1, .controlCharacter("\r")),
             ("http://h/a\n  out", 2, .malformedOption("out")),
