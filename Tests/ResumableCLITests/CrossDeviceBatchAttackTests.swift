@@ -27,7 +27,7 @@ struct CrossDeviceBatchAttackTests {
     /// is empty, but the first run's whole copy stays in `out/` as `.resumable-<UUID>.partial` (300,000 bytes),
     /// which no later run ever removes (`TaskStore.restore()` only cleans its own `partial/`; the copy is named by no
     /// token or record). Every crash during such a copy leaves one more full-size file in the output directory (on
-    /// tmpfs: memory). Cause: `PartialFile.copyBeside(_:)` (`Sources/Resumable/FileSystem/PartialFile.swift:372`)
+    /// tmpfs: memory). Cause: `PartialFile.copyBeside(_:)` (`Sources/Resumable/FileSystem/PartialFile.swift:372`, the copy at :374)
     /// creates the copy under a fresh random name that nothing records before it is written.
     @Test("A kill during the copy across file systems leaves no stray copy in the output directory once resumed")
     func killDuringCrossDeviceCopyLeavesNoStray() async throws {
