@@ -43,7 +43,11 @@ final class PartialFile: Sendable {
 
     /// Creates a new, empty temporary file in `directory`, named as ``TemporaryFileName`` says.
     static func create(in directory: String) throws(ResumableError) -> PartialFile {
-        let path = (directory as NSString).appendingPathComponent(TemporaryFileName.make())
+        try create(at: (directory as NSString).appendingPathComponent(TemporaryFileName.make()))
+    }
+
+    /// A new file at `path`, which must not exist (nor be a symbolic link).
+    private static func create(at path: String) throws(ResumableError) -> PartialFile {
         let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else { throw .fileSystem("creating", path: path, errno: errno) }
         DurableSteps.record(.create, path)
@@ -369,9 +373,27 @@ final class PartialFile: Sendable {
     }
 
     /// Copies the whole file into a new temporary sibling of `destination` and returns the copy's path.
+    ///
+    /// The copy has this file's own name (`.resumable-<UUID>.partial`), in the destination's directory: a crash
+    /// before its rename leaves it where the next finish of the same download, the only one that can hold this file
+    /// (``lock()``), finds it, removes it and copies again. A random name would leave every such copy behind, a
+    /// whole file each, which nothing names. Only a file of exactly that name is removed, never a directory.
     private func copyBeside(_ destination: String) throws(ResumableError) -> String {
         let directory = (destination as NSString).deletingLastPathComponent
-        let copy = try PartialFile.create(in: directory)
+        let name = (path as NSString).lastPathComponent
+        guard TemporaryFileName.isValid(name) else {
+            throw ResumableError(.fileSystem, "copying '\(path)' failed: not a temporary file of this library")
+        }
+        let copyPath = (directory as NSString).appendingPathComponent(name)
+        let copy: PartialFile
+        do throws(ResumableError) {
+            copy = try PartialFile.create(at: copyPath)
+        } catch {
+            // A copy an interrupted finish of this download left (or a link of that name): removed, then made anew.
+            guard (error.underlying as? POSIXError)?.code == .EEXIST, unlink(copyPath) == 0 else { throw error }
+            DurableSteps.record(.unlink, copyPath)
+            copy = try PartialFile.create(at: copyPath)
+        }
         let length = try size()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var offset: Int64 = 0
