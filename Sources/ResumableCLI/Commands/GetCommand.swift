@@ -62,6 +62,10 @@ struct GetCommand: CLICommand {
                 throw UsageError("give either a URL or -i LIST, not both")
             }
             guard !inputList.isEmpty else { throw UsageError("option '--input-file' needs a file path or '-'") }
+            // Each download of a list keeps its token in the state directory: one token file cannot serve them.
+            guard arguments.value("token") == nil else {
+                throw UsageError("with -i, each download's token is kept in --state: no --token")
+            }
             url = nil
             let output = arguments.value("output") ?? FileManager.default.currentDirectoryPath
             var isDirectory: ObjCBool = false

@@ -51,8 +51,10 @@ struct ResumeCommand: CLICommand {
         stateDirectory = arguments.value("state").map { URL(fileURLWithPath: $0, isDirectory: true) }
         jobs = try GetCommand.jobs(arguments.value("jobs"))
         if stateDirectory != nil {
-            guard arguments.positional("token") == nil, arguments.value("url") == nil, arguments.value("output") == nil
-            else { throw UsageError("--state resumes a whole batch: no token, --url or -o with it") }
+            // Each download keeps the URL, destination and checksum its list gave it: none is given again here.
+            guard arguments.positional("token") == nil, arguments.value("url") == nil,
+                arguments.value("output") == nil, arguments.value("sha256") == nil
+            else { throw UsageError("--state resumes a whole batch: no token, --url, -o or --sha256 with it") }
             tokenURL = nil
         } else {
             let path = arguments.positional("token") ?? ""

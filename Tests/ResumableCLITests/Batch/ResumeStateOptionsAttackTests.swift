@@ -44,8 +44,22 @@ struct ResumeStateOptionsAttackTests {
         let saved = scratch.url.appendingPathComponent("out/a.bin")
         let savedBytes = try? Data(contentsOf: saved)
         #expect(
-            resumed.exitCode != 0,
+            resumed.exitCode == 64,
             "resume --state accepted --sha256 \(wrong) and exited 0 with a file whose SHA-256 differs: \(resumed)")
         #expect(savedBytes == nil, "the file was saved although it does not have the SHA-256 given: \(resumed)")
+    }
+
+    /// `get -i` with `--token`: one token file cannot serve a list's downloads (each keeps its token in the store).
+    /// It was accepted and ignored; it is a usage error before anything is read or written.
+    @Test("get -i refuses --token, and nothing is created")
+    func listRefusesToken() async throws {
+        let scratch = try ScratchDirectory()
+        try Data("http://127.0.0.1:9/a.bin\n".utf8).write(to: scratch.file("list.txt"))
+        let result = try await CLIProcess.run(
+            ["get", "-i", "list.txt", "-o", "out/", "--token", "t.json", "-q"], in: scratch.url)
+        #expect(result.exitCode == 64, "\(result)")
+        #expect(result.stderr.contains("no --token"), "\(result)")
+        #expect(!FileManager.default.fileExists(atPath: scratch.file("out").path))
+        #expect(!FileManager.default.fileExists(atPath: scratch.file("t.json").path))
     }
 }
