@@ -648,12 +648,16 @@ struct ResumeStateMachine: Sendable {
                     "the server answered \(status) \(Self.reason(status)) to a segment of \(state.url.absoluteString)",
                     httpStatus: status))
         }
-        guard carriesStoredValidators(head), state.validators.agree(with: head) else {
-            return .fileChanged(.representationChanged)
-        }
+        // A validator that differs shows another version.
+        guard state.validators.agree(with: head) else { return .fileChanged(.representationChanged) }
         func unusable(_ why: String) -> SegmentVerdict {
             .unusable(ResumableError(.protocolViolation, "a segment's 206 cannot be joined: \(why)"))
         }
+        // None that differs, but not the stored one either (origins and caches that leave validators off their 206s):
+        // nothing shows another version, nothing confirms this one for a segment. The segment is not joined and no
+        // byte is thrown away; a server that keeps answering so ends the phase, and one connection goes on, its
+        // answers judged as any resume's (`receivePartial`).
+        guard carriesStoredValidators(head) else { return unusable("it carries no validator to confirm the file") }
         if head.value("Content-Type")?.lowercased().hasPrefix("multipart/byteranges") == true {
             return unusable("multipart/byteranges")
         }
