@@ -35,7 +35,7 @@ extension HTTPURL {
     }
 
     /// Whether `url` carries a user name or password (`user:password@host`), even an empty one.
-    static func hasUserInfo(_ url: URL) -> Bool {
+    package static func hasUserInfo(_ url: URL) -> Bool {
         userInfoRange(in: url.absoluteString) != nil || url.user != nil || url.password != nil
     }
 

@@ -209,6 +209,11 @@ enum InputList {
             guard let url = URL(string: text), HTTPURL.isSupported(url) else {
                 throw InputListError(line: line, .invalidURL(text))
             }
+            // A batch's downloads live in a state directory, which never keeps a credential: refused here, with the
+            // line, before anything is written, rather than by the queue halfway through adding the list.
+            if HTTPURL.hasUserInfo(url) {
+                throw InputListError(line: line, .credentialsInURL(HTTPURL.removingUserInfo(url).absoluteString))
+            }
             self.url = url
         }
 
@@ -312,6 +317,8 @@ struct InputListError: Error, Sendable, Equatable {
         case spaceInURL(String)
         /// A URL line that is not an absolute http or https URL with a host.
         case invalidURL(String)
+        /// A URL with a user name or password (shown without them), which a state directory cannot keep.
+        case credentialsInURL(String)
         /// A control or bidirectional formatting character in a URL or option line.
         case controlCharacter(Unicode.Scalar)
         /// An option line that is not `name=value`.
@@ -369,6 +376,9 @@ struct InputListError: Error, Sendable, Equatable {
             let hint =
                 text.contains("=") && !text.contains("://") ? " (an option line must start with a space or a tab)" : ""
             return "not an http or https URL: \(Self.quoted(text))\(hint)"
+        case .credentialsInURL(let text):
+            return "a URL with a user name or password cannot be kept in the state directory: send credentials "
+                + "with --header or --sensitive-header instead (\(Self.quoted(text)), shown without them)"
         case .controlCharacter(let scalar):
             return "the line contains the control or formatting character \(InputList.codePoint(scalar))"
         case .malformedOption(let text):

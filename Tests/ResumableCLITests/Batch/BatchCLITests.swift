@@ -117,6 +117,23 @@ struct BatchCLITests {
     }
 
     @Test(
+        "A list with a user:password@ URL on line 3: exit 65 naming the line, the secret never shown, nothing written")
+    func credentialsInList() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let scratch = try ScratchDirectory()
+        let good = server.url(for: "/a").absoluteString
+        let withSecret = good.replacingOccurrences(of: "http://", with: "http://user:hunter2@")
+        try Data("\(good)\n\(good)?b\n\(withSecret)?c\n".utf8).write(to: scratch.file("list.txt"))
+        let result = try await CLIProcess.run(["get", "-i", "list.txt", "-o", "out/", "--state", "s"], in: scratch.url)
+        #expect(result.exitCode == 65, "\(result)")
+        #expect(result.stderr.contains("line 3"), "\(result)")
+        #expect(!result.stderr.contains("hunter2") && !result.stdout.contains("hunter2"), "\(result)")
+        #expect(!FileManager.default.fileExists(atPath: scratch.file("s").path), "a state directory was made")
+        #expect(server.requests(for: "/a").isEmpty)
+    }
+
+    @Test(
         "200 files with 404s, drops and changes, killed with SIGKILL twice: resume --state ends with every file exact or reported, nothing on disk fetched again"
     )
     func killTwice() async throws {

@@ -70,6 +70,8 @@ struct InputListTests {
             ("http://h/a\thttp://mirror/a", 1, .mirrors),
             ("# c\nhttp://h/a b", 2, .spaceInURL("http://h/a b")),
             ("ftp://h/a", 1, .invalidURL("ftp://h/a")),
+            ("# c\nhttp://user:secret@h/a", 2, .credentialsInURL("http://h/a")),
+            ("http://h/a\nhttps://:@h/b", 2, .credentialsInURL("https://h/b")),
             ("file:///etc/passwd", 1, .invalidURL("file:///etc/passwd")),
             ("h/a", 1, .invalidURL("h/a")),
             ("http://", 1, .invalidURL("http://")),
