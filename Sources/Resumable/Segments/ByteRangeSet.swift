@@ -9,8 +9,21 @@ struct ByteRangeSet: Hashable, Sendable {
     init() {}
 
     /// The set of the given ranges (in any order, overlapping or not; empty ones are ignored).
+    ///
+    /// Sorted once and merged in one pass: O(n log n), and O(n) for ranges already in order (a token's, the ranges
+    /// after a prefix). One ``insert(_:)`` per range cost O(n²), and a token may list thousands of ranges.
     init(_ ranges: some Sequence<Range<Int64>>) {
-        for range in ranges { insert(range) }
+        let sorted = ranges.filter { !$0.isEmpty }.sorted { $0.lowerBound < $1.lowerBound }
+        var merged: [Range<Int64>] = []
+        merged.reserveCapacity(sorted.count)
+        for range in sorted {
+            if let last = merged.last, range.lowerBound <= last.upperBound {
+                if range.upperBound > last.upperBound { merged[merged.count - 1] = last.lowerBound..<range.upperBound }
+            } else {
+                merged.append(range)
+            }
+        }
+        self.ranges = merged
     }
 
     var isEmpty: Bool { ranges.isEmpty }
@@ -31,40 +44,32 @@ struct ByteRangeSet: Hashable, Sendable {
     }
 
     /// Adds `range`, merging it with the ranges it overlaps or touches.
+    ///
+    /// The ranges it reaches are found by binary search; a segment growing by one write (the common case) extends
+    /// its range in place, and a range after the last one is appended.
     mutating func insert(_ range: Range<Int64>) {
         guard !range.isEmpty else { return }
-        // The common case, a segment growing by one write: extend the range it continues, in place.
-        if let index = ranges.firstIndex(where: {
-            $0.lowerBound <= range.lowerBound && range.lowerBound <= $0.upperBound
-        }),
-            index + 1 == ranges.count || range.upperBound < ranges[index + 1].lowerBound
-        {
-            if range.upperBound > ranges[index].upperBound {
-                ranges[index] = ranges[index].lowerBound..<range.upperBound
-            }
-            return
+        // The first range that ends at or after `range` starts: every range before it lies wholly before `range`.
+        var first = 0
+        var bound = ranges.count
+        while first < bound {
+            let middle = (first + bound) / 2
+            if ranges[middle].upperBound < range.lowerBound { first = middle + 1 } else { bound = middle }
         }
+        // The ranges from there that start at or before `range` ends overlap or touch it: they merge into one.
         var lower = range.lowerBound
         var upper = range.upperBound
-        var kept: [Range<Int64>] = []
-        kept.reserveCapacity(ranges.count + 1)
-        var placed = false
-        for existing in ranges {
-            if existing.upperBound < lower {
-                kept.append(existing)
-            } else if existing.lowerBound > upper {
-                if !placed {
-                    kept.append(lower..<upper)
-                    placed = true
-                }
-                kept.append(existing)
-            } else {
-                lower = min(lower, existing.lowerBound)
-                upper = max(upper, existing.upperBound)
-            }
+        var end = first
+        while end < ranges.count, ranges[end].lowerBound <= upper {
+            lower = min(lower, ranges[end].lowerBound)
+            upper = max(upper, ranges[end].upperBound)
+            end += 1
         }
-        if !placed { kept.append(lower..<upper) }
-        ranges = kept
+        switch end - first {
+        case 0: ranges.insert(lower..<upper, at: first)
+        case 1: ranges[first] = lower..<upper
+        default: ranges.replaceSubrange(first..<end, with: CollectionOfOne(lower..<upper))
+        }
     }
 
     /// Removes every byte at or beyond `length`.

@@ -20,6 +20,41 @@ struct ByteRangeSetTests {
         #expect(set.rangesAfterPrefix == [25..<40])
     }
 
+    @Test("Random inserts and sets built at once agree with a byte-by-byte model: sorted, disjoint, never touching")
+    func agreesWithModel() {
+        var state: UInt64 = 0x2545_F491_4F6C_DD1D
+        func next(_ bound: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        for _ in 0..<400 {
+            var model = [Bool](repeating: false, count: 160)
+            var set = ByteRangeSet()
+            var inserted: [Range<Int64>] = []
+            for _ in 0..<next(24) {
+                let start = next(150)
+                let range = Int64(start)..<Int64(start + next(12))
+                inserted.append(range)
+                set.insert(range)
+                for byte in range { model[Int(byte)] = true }
+            }
+            var expected: [Range<Int64>] = []
+            var byte = 0
+            while byte < model.count {
+                if model[byte] {
+                    let start = byte
+                    while byte < model.count, model[byte] { byte += 1 }
+                    expected.append(Int64(start)..<Int64(byte))
+                } else {
+                    byte += 1
+                }
+            }
+            #expect(set.ranges == expected, "inserted \(inserted)")
+            #expect(ByteRangeSet(inserted).ranges == expected, "built from \(inserted)")
+            #expect(ByteRangeSet(inserted.reversed()).ranges == expected, "built from \(inserted.reversed())")
+        }
+    }
+
     @Test("Gaps are what is missing within a range; clipping drops bytes beyond a length")
     func gapsAndClip() {
         var set = ByteRangeSet([0..<10, 20..<30, 40..<50])
