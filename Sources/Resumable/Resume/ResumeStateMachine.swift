@@ -607,7 +607,8 @@ struct ResumeStateMachine: Sendable {
             break
         case 200, 203:
             // The whole file instead of the range: If-Range failed (the file changed), or the server ignores ranges
-            // under this load. The validators tell which.
+            // under this load. The validators tell which. (A 200 without the stored validators stays a restart: left
+            // to one connection, its range request would take such an answer, a page of the server's, for the file.)
             return carriesStoredValidators(head)
                 ? .unusable(
                     ResumableError(
@@ -649,15 +650,17 @@ struct ResumeStateMachine: Sendable {
                     httpStatus: status))
         }
         // A validator that differs shows another version.
-        guard state.validators.agree(with: head) else { return .fileChanged(.representationChanged) }
+        if state.validators.conflict(with: head) { return .fileChanged(.representationChanged) }
         func unusable(_ why: String) -> SegmentVerdict {
             .unusable(ResumableError(.protocolViolation, "a segment's 206 cannot be joined: \(why)"))
         }
-        // None that differs, but not the stored one either (origins and caches that leave validators off their 206s):
-        // nothing shows another version, nothing confirms this one for a segment. The segment is not joined and no
-        // byte is thrown away; a server that keeps answering so ends the phase, and one connection goes on, its
-        // answers judged as any resume's (`receivePartial`).
-        guard carriesStoredValidators(head) else { return unusable("it carries no validator to confirm the file") }
+        // None that differs, but not exactly the stored ones either (origins and caches that leave validators off their
+        // 206s, or add one the first answer lacked): nothing shows another version, nothing confirms this one for a
+        // segment. The segment is not joined and no byte is thrown away; a server that keeps answering so ends the
+        // phase, and one connection goes on, its answers judged as any resume's (`receivePartial`).
+        guard carriesStoredValidators(head), state.validators.agree(with: head) else {
+            return unusable("its validators do not confirm the file")
+        }
         if head.value("Content-Type")?.lowercased().hasPrefix("multipart/byteranges") == true {
             return unusable("multipart/byteranges")
         }

@@ -47,6 +47,18 @@ struct Validators: Hashable, Sendable {
         self.responseDate = responseDate
     }
 
+    /// Whether a response carries a validator of a kind these have too, with another value: what shows another
+    /// version. A validator only one side has shows nothing either way (origins and caches add and drop them).
+    func conflict(with head: ResponseHead) -> Bool {
+        if let etag = head.value("ETag"), let stored = self.etag, !Self.identical(etag, stored) { return true }
+        if let lastModified = head.value("Last-Modified"), let stored = self.lastModified,
+            !Self.identical(lastModified, stored)
+        {
+            return true
+        }
+        return false
+    }
+
     /// Whether a response's validators, where it sends any, are these (RFC 9110 §15.3.7.3).
     func agree(with head: ResponseHead) -> Bool {
         if let etag = head.value("ETag"), !Self.identical(etag, self.etag) { return false }
