@@ -112,7 +112,8 @@ struct SegmentValidatorEchoAttackTests {
             #expect(!done.restarted)
             #expect(
                 try Data(contentsOf: done.fileURL)
-                    == Data(testBytes(count: Int(ValidatorlessPartialServer.total), seed: ValidatorlessPartialServer.seed)))
+                    == Data(
+                        testBytes(count: Int(ValidatorlessPartialServer.total), seed: ValidatorlessPartialServer.seed)))
         case .failure(let error):
             Issue.record("a download one connection finishes failed with four: \(error)")
         }
