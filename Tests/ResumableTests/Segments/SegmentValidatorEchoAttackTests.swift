@@ -20,6 +20,7 @@ final class ValidatorlessPartialServer: Sendable {
     static let total: Int64 = 8 << 20
     static let seed: UInt64 = 8501
     static let etag = "\"echo-v1\""
+    static let lastModified = "Mon, 01 Jan 2024 00:00:00 GMT"
 
     private final class Counts: Sendable {
         let value = Mutex((whole: 0, partial: 0))
@@ -28,18 +29,19 @@ final class ValidatorlessPartialServer: Sendable {
     let raw: RawScriptServer
     private let shared = Counts()
 
-    init() throws {
+    /// With `addingETag`, the other way round: the `200` has a strong Last-Modified date and no ETag, and a range under
+    /// a matching `If-Range` date gets a `206` that carries that date and adds an ETag the `200` did not have.
+    init(addingETag: Bool = false) throws {
         let content = testBytes(count: Int(Self.total), seed: Self.seed)
         let counts = shared
         raw = try RawScriptServer { head, _, send in
             guard head.starts(with: Array("GET ".utf8)) else { return .completed(0) }
             let dated = [
-                "Accept-Ranges: bytes", "Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT",
-                "Date: Tue, 02 Jan 2024 00:00:00 GMT",
+                "Accept-Ranges: bytes", "Last-Modified: \(Self.lastModified)", "Date: Tue, 02 Jan 2024 00:00:00 GMT",
             ]
             let ifRange = RawScriptServer.header("If-Range", in: head).map { String(decoding: $0, as: UTF8.self) }
             if let value = RawScriptServer.header("Range", in: head).map({ String(decoding: $0, as: UTF8.self) }),
-                ifRange == nil || ifRange == Self.etag, value.hasPrefix("bytes=")
+                ifRange == nil || ifRange == (addingETag ? Self.lastModified : Self.etag), value.hasPrefix("bytes=")
             {
                 let parts = value.dropFirst(6).split(separator: "-", omittingEmptySubsequences: false)
                 if parts.count == 2, let first = Int64(parts[0]), first < Self.total {
@@ -48,24 +50,26 @@ final class ValidatorlessPartialServer: Sendable {
                     let response =
                         RawScriptServer.head(
                             "206 Partial Content",
-                            [
-                                "Accept-Ranges: bytes", "Date: Tue, 02 Jan 2024 00:00:00 GMT",
+                            (addingETag ? dated : ["Accept-Ranges: bytes", "Date: Tue, 02 Jan 2024 00:00:00 GMT"]) + [
                                 "Content-Range: bytes \(first)-\(last)/\(Self.total)",
                                 "Content-Length: \(last - first + 1)",
-                            ]) + Array(content[Int(first)...Int(last)])
+                            ], etag: addingETag ? Array("\"added-later\"".utf8) : nil)
+                        + Array(content[Int(first)...Int(last)])
                     return send(response) ? .completed(206) : .clientLeft(0)
                 }
             }
             counts.value.withLock { $0.whole += 1 }
             let response =
                 RawScriptServer.head(
-                    "200 OK", dated + ["Content-Length: \(Self.total)"], etag: Array(Self.etag.utf8)) + content
+                    "200 OK", dated + ["Content-Length: \(Self.total)"],
+                    etag: addingETag ? nil : Array(Self.etag.utf8)) + content
             return send(response) ? .completed(200) : .clientLeft(0)
         }
     }
 
     var url: URL { URL(string: "http://127.0.0.1:\(raw.port)/file.bin")! }
     var wholeAnswers: Int { shared.value.withLock { $0.whole } }
+    var partialAnswers: Int { shared.value.withLock { $0.partial } }
 
     deinit { raw.stop() }
 }
@@ -110,6 +114,34 @@ struct SegmentValidatorEchoAttackTests {
         switch result {
         case .success(let done):
             #expect(!done.restarted)
+            #expect(
+                try Data(contentsOf: done.fileURL)
+                    == Data(
+                        testBytes(count: Int(ValidatorlessPartialServer.total), seed: ValidatorlessPartialServer.seed)))
+        case .failure(let error):
+            Issue.record("a download one connection finishes failed with four: \(error)")
+        }
+    }
+
+    /// The first answer has a strong Last-Modified date and no ETag; the 206s add an ETag. No validator differs, none
+    /// confirms the file for a segment: not joined, and not a changed file inside the phase (every phase used to
+    /// restart, and the download failed after ten). The phase ends and one connection goes on; its resume takes the
+    /// added ETag for another version under the single-connection rule (unchanged): one restart, then the exact file.
+    @Test("fixed(4): 206s that add an ETag: the exact file, at most one restart", arguments: TransportKind.all)
+    func addedETag(transport: TransportKind) async throws {
+        let server = try ValidatorlessPartialServer(addingETag: true)
+        let directory = try TemporaryDirectory()
+        let events = EventLog()
+        var configuration = Segmented.configuration(.fixed(4), events: events)
+        configuration.transport = transport
+        let task = try DownloadTask(
+            url: server.url, destination: .directory(directory.url), configuration: configuration)
+        let result = await task.result
+        #expect(events.restarts.count <= 1, "restarts: \(events.restarts)")
+        #expect(server.wholeAnswers <= 2, "the whole file was sent \(server.wholeAnswers) times")
+        #expect(server.partialAnswers >= 1, "no segment was asked: the test shows nothing")
+        switch result {
+        case .success(let done):
             #expect(
                 try Data(contentsOf: done.fileURL)
                     == Data(
