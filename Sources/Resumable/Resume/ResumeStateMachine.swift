@@ -107,6 +107,11 @@ struct ResumeStateMachine: Sendable {
     private(set) var ignoresEntityTagIfRange = false
     /// A multi-connection phase found the server's answers to segments unusable: one connection from then on.
     private var segmentsRefused = false
+    /// A segment's 206 carried no validator, or not the stored ones (``judgeSegment(_:requested:)``): whether this
+    /// server checks `If-Range` at all is unknown (a cache may drop validators and ignore it). For the rest of this
+    /// task a 206 is joined only when it carries the stored validators; otherwise the download starts again from
+    /// byte 0 in one piece, which needs no range.
+    private(set) var partialsNeedValidators = false
     /// The completed ranges before the last body piece joined them to the prefix, so a failed write can give them
     /// back (``revertBody(to:)``).
     private var absorbedRanges: ByteRangeSet?
@@ -282,7 +287,8 @@ struct ResumeStateMachine: Sendable {
             // the 206 carries are the stored ones (RFC 9110 §15.3.7.3).
             let checked = current.sentIfRange || current.requiredETag != nil
             let carriesRequiredTag = current.requiredETag.map { Validators.identical(head.value("ETag"), $0) } ?? true
-            guard checked, carriesRequiredTag, state.validators.agree(with: head) else {
+            let confirmed = !partialsNeedValidators || carriesStoredValidators(head)
+            guard checked, carriesRequiredTag, confirmed, state.validators.agree(with: head) else {
                 return restartOrFail(.representationChanged, current)
             }
         }
@@ -569,7 +575,8 @@ struct ResumeStateMachine: Sendable {
     /// read alone: no strong validator that `If-Range` can carry (or a server that ignores entity-tag
     /// `If-Range`s), no known length, or no sign of range support (a 206, or `Accept-Ranges: bytes`).
     func segmentBasis() -> SegmentBasis? {
-        guard !segmentsRefused, let current = exchange, current.bodyAccepted, let bodyEnd = current.bodyEnd,
+        guard !segmentsRefused, !partialsNeedValidators, let current = exchange, current.bodyAccepted,
+            let bodyEnd = current.bodyEnd,
             let total = state.expectedLength, bodyEnd <= total, state.offset < bodyEnd,
             !ignoresEntityTagIfRange, state.validators.ifRange != nil
         else { return nil }
@@ -600,7 +607,7 @@ struct ResumeStateMachine: Sendable {
     /// of its body is written. Joined only: a 206 whose `Content-Range` starts at the first byte asked, ends no
     /// later than the last, and has the known total; no content coding, not multipart; carrying the stored
     /// validators (the strong ETag when there is one, else the Last-Modified date) and no others.
-    func judgeSegment(_ head: ResponseHead, requested: Range<Int64>) -> SegmentVerdict {
+    mutating func judgeSegment(_ head: ResponseHead, requested: Range<Int64>) -> SegmentVerdict {
         let status = head.status
         switch status {
         case 206:
@@ -659,6 +666,7 @@ struct ResumeStateMachine: Sendable {
         // segment. The segment is not joined and no byte is thrown away; a server that keeps answering so ends the
         // phase, and one connection goes on, its answers judged as any resume's (`receivePartial`).
         guard carriesStoredValidators(head), state.validators.agree(with: head) else {
+            partialsNeedValidators = true
             return unusable("its validators do not confirm the file")
         }
         if head.value("Content-Type")?.lowercased().hasPrefix("multipart/byteranges") == true {

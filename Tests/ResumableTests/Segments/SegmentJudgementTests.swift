@@ -74,6 +74,7 @@ struct SegmentJudgementTests {
         let machine = machine()
         let asked: Range<Int64> = 1000..<2000
         func verdict(_ head: ResponseHead) -> String {
+            var machine = machine
             switch machine.judgeSegment(head, requested: asked) {
             case .join(let end): return "join \(end)"
             case .fileChanged: return "restart"

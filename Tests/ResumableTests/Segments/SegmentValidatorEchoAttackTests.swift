@@ -94,24 +94,27 @@ struct SegmentValidatorEchoAttackTests {
         #expect(try Data(contentsOf: result.fileURL) == Data(prefix))
     }
 
-    /// Four connections, same server, same file that never changes: expected to finish with the server's bytes and
-    /// no restart. Observed: every phase ends with "the file changed on the server", the probe's bytes are dropped,
-    /// and the download fails after 10 restarts (11 whole-file 200s).
+    /// Four connections, same server, same file that never changes. Observed before: every phase ended with "the file
+    /// changed on the server", the probe's bytes were dropped, and the download failed after 10 restarts (11
+    /// whole-file 200s). Now such a 206 is not joined and is not a changed file inside the phase; but nothing shows
+    /// that this server checks `If-Range` (a cache that drops validators may ignore it, and then a 206 joined on its
+    /// word splices two versions: `ValidatorlessSpliceProbeAttackTests`), so the resume that follows the phase does not
+    /// join it either: one restart, then the whole file from one connection.
     @Test(
-        "fixed(4): segments' 206s without validators, under a strong If-Range the server honoured, are not a changed file",
+        "fixed(4): segments' 206s without validators: the exact file, at most one restart, not ten and a failure",
         arguments: TransportKind.all)
     func fourConnectionsDoNotRestart(transport: TransportKind) async throws {
         let server = try ValidatorlessPartialServer()
         let (done, events) = try await downloadWithFourConnections(from: server, transport: transport)
-        #expect(events.restarts.isEmpty, "restarts: \(events.restarts)")
-        #expect(server.wholeAnswers == 1, "the whole file was sent \(server.wholeAnswers) times")
-        #expect(done?.restarted == false)
+        #expect(events.restarts.count <= 1, "restarts: \(events.restarts)")
+        #expect(server.wholeAnswers <= 2, "the whole file was sent \(server.wholeAnswers) times")
+        #expect(done != nil)
     }
 
     /// The first answer has a strong Last-Modified date and no ETag; the 206s add an ETag. No validator differs, none
     /// confirms the file for a segment: not joined, and not a changed file inside the phase (every phase used to
-    /// restart, and the download failed after ten). The phase ends and one connection goes on; its resume takes the
-    /// added ETag for another version under the single-connection rule (unchanged): one restart, then the exact file.
+    /// restart, and the download failed after ten). The phase ends and one connection goes on; its resume does not
+    /// join such a 206 either: one restart, then the exact file.
     @Test("fixed(4): 206s that add an ETag: the exact file, at most one restart", arguments: TransportKind.all)
     func addedETag(transport: TransportKind) async throws {
         let server = try ValidatorlessPartialServer(addingETag: true)
