@@ -321,9 +321,20 @@ final class PartialFile: Sendable {
         }
         if code == EXDEV {
             let copy = try copyBeside(destination)
-            code = Self.rename(copy, to: destination, replacing: replacing)
+            defer { copy.release() }
+            // The copy's name must still be the file written here: another process finishing a copy of this download
+            // (a store restored from a backup) may have replaced it.
+            guard lstat(copy.path, &atPath) == 0, fstat(copy.descriptor, &held) == 0, atPath.st_dev == held.st_dev,
+                atPath.st_ino == held.st_ino
+            else {
+                throw ResumableError(
+                    .fileSystem,
+                    "the copy '\(copy.path)' was replaced by another file while this download wrote it; "
+                        + "nothing was moved into place")
+            }
+            code = Self.rename(copy.path, to: destination, replacing: replacing)
             guard code == 0 else {
-                unlink(copy)
+                copy.remove()
                 throw .fileSystem("moving to", path: destination, errno: code)
             }
             DurableSteps.flushDirectory((destination as NSString).deletingLastPathComponent)
@@ -378,31 +389,32 @@ final class PartialFile: Sendable {
     /// before its rename leaves it where the next finish of the same download, the only one that can hold this file
     /// (``lock()``), finds it, removes it and copies again. A random name would leave every such copy behind, a
     /// whole file each, which nothing names. Only a file of exactly that name is removed, never a directory.
-    private func copyBeside(_ destination: String) throws(ResumableError) -> String {
+    private func copyBeside(_ destination: String) throws(ResumableError) -> PartialFile {
         let directory = (destination as NSString).deletingLastPathComponent
         let name = (path as NSString).lastPathComponent
         guard TemporaryFileName.isValid(name) else {
             throw ResumableError(.fileSystem, "copying '\(path)' failed: not a temporary file of this library")
         }
         let copyPath = (directory as NSString).appendingPathComponent(name)
+        let length = try size()
         let copy: PartialFile
         do throws(ResumableError) {
             copy = try PartialFile.create(at: copyPath)
         } catch {
-            // A copy an interrupted finish of this download left (or a link of that name): removed, then made anew.
-            guard (error.underlying as? POSIXError)?.code == .EEXIST, unlink(copyPath) == 0 else { throw error }
-            DurableSteps.record(.unlink, copyPath)
+            guard (error.underlying as? POSIXError)?.code == .EEXIST else { throw error }
+            try Self.removeLeftoverCopy(at: copyPath)
             copy = try PartialFile.create(at: copyPath)
         }
-        let length = try size()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var offset: Int64 = 0
         while offset < length {
             let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, off_t(offset)) }
             if count < 0 {
                 if errno == EINTR { continue }
+                let code = errno
                 copy.remove()
-                throw .fileSystem("reading", path: path, errno: errno)
+                copy.release()
+                throw .fileSystem("reading", path: path, errno: code)
             }
             if count == 0 { break }
             let written = buffer.withUnsafeBytes { bytes in
@@ -412,6 +424,7 @@ final class PartialFile: Sendable {
             }
             if case .failure(let error) = written {
                 copy.remove()
+                copy.release()
                 throw error
             }
             offset += Int64(count)
@@ -420,8 +433,38 @@ final class PartialFile: Sendable {
             try copy.synchronize()
         } catch {
             copy.remove()
+            copy.release()
             throw error
         }
-        return copy.path
+        return copy
+    }
+
+    /// Removes a copy an interrupted finish left at `path` (or a symbolic link of that name), unless a download holds
+    /// it: a copy being written is locked by its writer (``lock()``), and is never removed from under it.
+    static func removeLeftoverCopy(at path: String) throws(ResumableError) {
+        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        if descriptor < 0 {
+            let code = errno
+            if code == ENOENT { return }
+            // A symbolic link (or a name that cannot be opened to be checked): only a link is removed, by its name.
+            guard code == ELOOP else { throw .fileSystem("inspecting", path: path, errno: code) }
+        } else {
+            defer { close(descriptor) }
+            var held = stat()
+            var atPath = stat()
+            guard fstat(descriptor, &held) == 0, (held.st_mode & S_IFMT) == S_IFREG else {
+                throw ResumableError(.fileSystem, "'\(path)' is in the way of a copy and is not a regular file")
+            }
+            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+                throw ResumableError(
+                    .tokenInUse, "the copy '\(path)' is being written by another download (task or process)")
+            }
+            // Still the file checked: not one another process put there since.
+            guard lstat(path, &atPath) == 0, atPath.st_dev == held.st_dev, atPath.st_ino == held.st_ino else {
+                throw ResumableError(.tokenInUse, "the copy '\(path)' changed while it was checked")
+            }
+        }
+        guard unlink(path) == 0 else { throw .fileSystem("removing", path: path, errno: errno) }
+        DurableSteps.record(.unlink, path)
     }
 }

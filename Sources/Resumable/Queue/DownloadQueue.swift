@@ -466,6 +466,7 @@ public actor DownloadQueue {
         referenced.formUnion(entries.values.compactMap { $0.token?.tempPath })
         var actions: [QueueSchedule.Action] = []
         for record in records.sorted(by: { $0.order < $1.order }) where entries[record.id] == nil {
+            if let token = record.token { Self.removeLeftoverCopy(of: token, beside: record.destination) }
             var entry = Entry(
                 url: record.url, destination: record.destination, priority: record.priority,
                 expectedSHA256: record.expectedSHA256, token: record.token)
@@ -865,6 +866,21 @@ public actor DownloadQueue {
         try store.save(
             record, running: running ?? store.isRunning(id), keepingCheckpoint: true,
             flushingDirectory: flushingDirectory, onlyIfPresent: onlyIfPresent)
+    }
+
+    /// Removes the copy of `token`'s temporary file that a finish across file systems, interrupted before its rename,
+    /// left beside `destination` (``PartialFile/move(to:replacing:)``: the copy has the temporary file's name). The
+    /// finish that follows may not meet it: the store moved onto the destination's file system (a rename), or the file
+    /// changed on the server (a new temporary file, a new name). Best effort, and never a file a download holds.
+    private static func removeLeftoverCopy(of token: ResumeToken, beside destination: DownloadTask.Destination) {
+        let name = (token.tempPath as NSString).lastPathComponent
+        guard TemporaryFileName.isValid(name) else { return }
+        let candidate = (destination.directoryPath as NSString).appendingPathComponent(name)
+        guard
+            !URL(fileURLWithPath: candidate).standardizedFileURL.path.utf8.elementsEqual(
+                URL(fileURLWithPath: token.tempPath).standardizedFileURL.path.utf8)
+        else { return }
+        try? PartialFile.removeLeftoverCopy(at: candidate)
     }
 
     /// Removes the temporary file a cancelled download's token names, when it is the store's.
