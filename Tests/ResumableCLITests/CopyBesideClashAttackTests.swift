@@ -89,7 +89,8 @@ struct CopyBesideClashAttackTests {
             }
             usleep(200)
         }
-        try #require(stopped, "A never made its copy: \(String(describing: try? String(contentsOf: logA, encoding: .utf8)))")
+        try #require(
+            stopped, "A never made its copy: \(String(describing: try? String(contentsOf: logA, encoding: .utf8)))")
         defer { a.send(SIGCONT) }
         // Wait until A is really stopped (state T in /proc), then check it has not renamed anything yet.
         while clock.now < deadline {
