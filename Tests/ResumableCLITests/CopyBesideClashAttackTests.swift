@@ -87,7 +87,7 @@ struct CopyBesideClashAttackTests {
                 stopped = true
                 break
             }
-            usleep(200)
+            try await Task.sleep(for: .microseconds(200))
         }
         try #require(
             stopped, "A never made its copy: \(String(describing: try? String(contentsOf: logA, encoding: .utf8)))")
@@ -96,7 +96,7 @@ struct CopyBesideClashAttackTests {
         while clock.now < deadline {
             let status = (try? String(contentsOfFile: "/proc/\(a.pid)/stat", encoding: .utf8)) ?? ""
             if let close = status.lastIndex(of: ")"), status[status.index(close, offsetBy: 2)] == "T" { break }
-            usleep(1000)
+            try await Task.sleep(for: .milliseconds(1))
         }
         let logAText = try String(contentsOf: logA, encoding: .utf8)
         try #require(!logAText.contains(" rename "), "A was stopped too late: \(logAText.suffix(400))")
