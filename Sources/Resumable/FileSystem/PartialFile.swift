@@ -304,11 +304,7 @@ final class PartialFile: Sendable {
     func move(to destination: String, replacing: Bool) throws(ResumableError) {
         // A rename goes by path: the file there must still be the one this download wrote through its descriptor,
         // or another file (a token written over the path, a file swapped in) would become the finished download.
-        var atPath = stat()
-        var held = stat()
-        guard lstat(path, &atPath) == 0, fstat(descriptor, &held) == 0, atPath.st_dev == held.st_dev,
-            atPath.st_ino == held.st_ino
-        else {
+        guard Self.names(path, descriptor) else {
             throw ResumableError(
                 .fileSystem,
                 "the temporary file '\(path)' was replaced by another file while the download wrote it; "
@@ -324,9 +320,7 @@ final class PartialFile: Sendable {
             defer { copy.release() }
             // The copy's name must still be the file written here: another process finishing a copy of this download
             // (a store restored from a backup) may have replaced it.
-            guard lstat(copy.path, &atPath) == 0, fstat(copy.descriptor, &held) == 0, atPath.st_dev == held.st_dev,
-                atPath.st_ino == held.st_ino
-            else {
+            guard Self.names(copy.path, copy.descriptor) else {
                 throw ResumableError(
                     .fileSystem,
                     "the copy '\(copy.path)' was replaced by another file while this download wrote it; "
@@ -383,7 +377,15 @@ final class PartialFile: Sendable {
         #endif
     }
 
-    /// Copies the whole file into a new temporary sibling of `destination` and returns the copy's path.
+    /// Whether `path` (not followed if a symbolic link) is the file open as `descriptor`: nothing was swapped in.
+    private static func names(_ path: String, _ descriptor: Int32) -> Bool {
+        var atPath = stat()
+        var held = stat()
+        return lstat(path, &atPath) == 0 && fstat(descriptor, &held) == 0 && atPath.st_dev == held.st_dev
+            && atPath.st_ino == held.st_ino
+    }
+
+    /// Copies the whole file into a new temporary sibling of `destination` and returns the copy, open and locked.
     ///
     /// The copy has this file's own name (`.resumable-<UUID>.partial`), in the destination's directory: a crash
     /// before its rename leaves it where the next finish of the same download, the only one that can hold this file
@@ -451,7 +453,6 @@ final class PartialFile: Sendable {
         } else {
             defer { close(descriptor) }
             var held = stat()
-            var atPath = stat()
             guard fstat(descriptor, &held) == 0, (held.st_mode & S_IFMT) == S_IFREG else {
                 throw ResumableError(.fileSystem, "'\(path)' is in the way of a copy and is not a regular file")
             }
@@ -460,7 +461,7 @@ final class PartialFile: Sendable {
                     .tokenInUse, "the copy '\(path)' is being written by another download (task or process)")
             }
             // Still the file checked: not one another process put there since.
-            guard lstat(path, &atPath) == 0, atPath.st_dev == held.st_dev, atPath.st_ino == held.st_ino else {
+            guard names(path, descriptor) else {
                 throw ResumableError(.tokenInUse, "the copy '\(path)' changed while it was checked")
             }
         }

@@ -281,13 +281,13 @@ struct ResumeStateMachine: Sendable {
         // checked below) is read up to that range and no further: the transfer stops there.
         let gapEnd = state.completedRanges.ranges.first.map { min($0.lowerBound, last + 1) }
         if joining {
-            // Joined only when the server checked a strong validator (`If-Range`), or the 206 carries the stored
-            // strong entity tag where the server is known to ignore entity-tag If-Ranges, and the 206 carries the
-            // stored validators and no others (RFC 9110 §15.3.7 asks a 206 for the validators a 200 would carry; a
-            // cache that drops them may ignore `If-Range` too, and a join on its word would splice two versions).
+            // Joined only when the server checked a strong validator (`If-Range`), or, where the server is known to
+            // ignore entity-tag If-Ranges, the stored strong entity tag was required; and in either case the 206
+            // carries the stored validators and no others (RFC 9110 §15.3.7 asks a 206 for the validators a 200 would
+            // carry; a cache that drops them may ignore `If-Range` too, and a join on its word would splice two
+            // versions). The required tag is the stored one, so `confirmed(by:)` checks it too.
             let checked = current.sentIfRange || current.requiredETag != nil
-            let carriesRequiredTag = current.requiredETag.map { Validators.identical(head.value("ETag"), $0) } ?? true
-            guard checked, carriesRequiredTag, carriesStoredValidators(head), state.validators.agree(with: head) else {
+            guard checked, state.validators.confirmed(by: head) else {
                 return restartOrFail(.representationChanged, current)
             }
         }
@@ -615,7 +615,7 @@ struct ResumeStateMachine: Sendable {
             // The whole file instead of the range: If-Range failed (the file changed), or the server ignores ranges
             // under this load. The validators tell which. (A 200 without the stored validators stays a restart: left
             // to one connection, its range request would take such an answer, a page of the server's, for the file.)
-            return carriesStoredValidators(head)
+            return state.validators.named(by: head)
                 ? .unusable(
                     ResumableError(
                         .protocolViolation, "the server answered \(status) to a range request for a segment"))
@@ -664,7 +664,7 @@ struct ResumeStateMachine: Sendable {
         // 206s, or add one the first answer lacked): nothing shows another version, nothing confirms this one for a
         // segment. The segment is not joined and no byte is thrown away; a server that keeps answering so ends the
         // phase, and one connection goes on, its answers judged as any resume's (`receivePartial`).
-        guard carriesStoredValidators(head), state.validators.agree(with: head) else {
+        guard state.validators.confirmed(by: head) else {
             partialsNeedValidators = true
             return unusable("its validators do not confirm the file")
         }
@@ -689,16 +689,6 @@ struct ResumeStateMachine: Sendable {
             }
         }
         return .join(end: last + 1)
-    }
-
-    /// Whether `head` names the stored representation: the stored ETag when there is one, else the stored
-    /// Last-Modified date.
-    private func carriesStoredValidators(_ head: ResponseHead) -> Bool {
-        if let etag = state.validators.etag { return Validators.identical(head.value("ETag"), etag) }
-        if let lastModified = state.validators.lastModified {
-            return Validators.identical(head.value("Last-Modified"), lastModified)
-        }
-        return false
     }
 
     /// The bytes a multi-connection phase has written so far (for tokens and progress).

@@ -47,6 +47,20 @@ struct Validators: Hashable, Sendable {
         self.responseDate = responseDate
     }
 
+    /// Whether `head` names the representation these validators describe: the stored ETag when there is one, else the
+    /// stored Last-Modified date.
+    func named(by head: ResponseHead) -> Bool {
+        if let etag { return Self.identical(head.value("ETag"), etag) }
+        if let lastModified { return Self.identical(head.value("Last-Modified"), lastModified) }
+        return false
+    }
+
+    /// Whether `head` carries these validators and no others: what a 206 must show to be joined (RFC 9110 §15.3.7 asks
+    /// a 206 for the validators a 200 would carry).
+    func confirmed(by head: ResponseHead) -> Bool {
+        named(by: head) && agree(with: head)
+    }
+
     /// Whether a response carries a validator of a kind these have too, with another value: what shows another
     /// version. A validator only one side has shows nothing either way (origins and caches add and drop them).
     func conflict(with head: ResponseHead) -> Bool {
