@@ -366,6 +366,15 @@ struct SegmentSchedule: Sendable {
                 }
             case .join, nil:
                 let cause = error ?? ResumableError(.incompleteBody, "a segment's body ended early")
+                if cause.code == .protocolViolation, !connection.accepted {
+                    // An answer too malformed to judge (a status line of `2000`) says nothing about the file nor
+                    // about the connections reading it: this connection only, as a refused one (rule 17h). With none
+                    // left, the request that follows the phase meets the same answer and is judged there.
+                    if let end = failed(cause, lowering: true) {
+                        return Step(actions: stopAll(), end: end, failure: failure)
+                    }
+                    break
+                }
                 guard cause.isTransient else { return Step(actions: stopAll(), end: .fail(cause), failure: failure) }
                 // A connection refused, or cut before its first body byte, while others work: likely a limit on
                 // connections (some servers send the head, then close). One whose 206 was accepted and then went
