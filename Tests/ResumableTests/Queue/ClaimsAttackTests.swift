@@ -133,12 +133,8 @@ struct ClaimsAttackTests {
         try #require(empty, "A's record was never removed")
         try #require(try fixture.contents(of: target) == old)
         // The store is free again once A's task let it go.
-        var reopened: TaskStore?
-        try #require(
-            try await waitUntil {
-                reopened = try? TaskStore(directory: state)
-                return reopened != nil
-            })
+        var reopened = try await reopenedStore(at: state)
+        try #require(reopened != nil)
         #expect(
             !FileManager.default.fileExists(atPath: claimsFile),
             "every download is finished and no record is left, yet the state directory keeps 'claims'")

@@ -16,16 +16,6 @@ struct QueueLifecycleAttackTests {
         return configuration
     }
 
-    /// Opens the store in `state` again once the queue that had it and its downloads let it go.
-    static func reopen(_ state: URL) async throws -> TaskStore {
-        var reopened: TaskStore?
-        _ = try await waitUntil(timeout: .seconds(60)) {
-            reopened = try? TaskStore(directory: state)
-            return reopened != nil
-        }
-        return try #require(reopened, "the store is still held 60 s after its queue was released")
-    }
-
     enum Change: String, CaseIterable, Sendable {
         case setPriority, moveToFront
     }
@@ -88,7 +78,8 @@ struct QueueLifecycleAttackTests {
             "the released queue left a record behind for a download whose file is in place")
 
         store = nil
-        let reopened = try await Self.reopen(state)
+        let reopened = try #require(
+            await reopenedStore(at: state), "the store is still held after its queue was released")
         let next = DownloadQueue(configuration: .init(download: Self.configuration()), store: reopened)
         #expect(await next.restore().isEmpty)
         await next.resumeAll()
@@ -154,7 +145,8 @@ struct QueueLifecycleAttackTests {
 
         // kill -9 after the move, before the removal of the record reached the disk.
         try finalRecord.write(to: URL(fileURLWithPath: recordFile))
-        let reopened = try await Self.reopen(state)
+        let reopened = try #require(
+            await reopenedStore(at: state), "the store is still held after its queue was released")
         let next = DownloadQueue(configuration: .init(download: Self.configuration()), store: reopened)
         #expect(await next.restore().isEmpty)
         let summaryAfter = await next.waitUntilIdle()

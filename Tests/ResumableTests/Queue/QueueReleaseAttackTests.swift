@@ -71,12 +71,8 @@ struct QueueReleaseAttackTests {
         second = nil
         first = nil
         store = nil
-        var reopened: TaskStore?
-        _ = try await waitUntil(timeout: .seconds(30)) {
-            reopened = try? TaskStore(directory: state)
-            return reopened != nil
-        }
-        try #require(reopened != nil, "the store is still held 30 s after its queues were released")
+        let reopened = try #require(
+            await reopenedStore(at: state), "the store is still held after its queues were released")
         let third = DownloadQueue(configuration: .init(download: Self.configuration()), store: reopened)
         #expect(await third.restore().isEmpty)
         let items = await third.items

@@ -59,12 +59,8 @@ struct QueueReleaseRaceTests {
 
         // What the record would cost: the next restore downloads the file again, into a second file.
         store = nil
-        var reopened: TaskStore?
-        _ = try await waitUntil(timeout: .seconds(30)) {
-            reopened = try? TaskStore(directory: state)
-            return reopened != nil
-        }
-        try #require(reopened != nil, "the store is still held 30 s after its queue was released")
+        let reopened = try #require(
+            await reopenedStore(at: state), "the store is still held after its queue was released")
         let next = DownloadQueue(configuration: .init(download: configuration), store: reopened)
         #expect(await next.restore().isEmpty)
         await next.resumeAll()

@@ -18,16 +18,6 @@ struct SessionRegressionAttackTests {
         return configuration
     }
 
-    /// Opens the store in `state` again once the queue that had it and its downloads let it go.
-    static func reopen(_ state: URL) async throws -> TaskStore {
-        var reopened: TaskStore?
-        _ = try await waitUntil(timeout: .seconds(60)) {
-            reopened = try? TaskStore(directory: state)
-            return reopened != nil
-        }
-        return try #require(reopened, "the store is still held 60 s after its queue was released")
-    }
-
     /// Rule broken: 2 (nothing downloaded is lost without need) and 4 (no giving up wrongly); rule 1 (nothing
     /// downloaded twice).
     ///
@@ -77,7 +67,8 @@ struct SessionRegressionAttackTests {
 
         // kill -9 after the move, before the record's removal reached the disk.
         try finalRecord.write(to: URL(fileURLWithPath: recordFile))
-        let reopened = try await Self.reopen(state)
+        let reopened = try #require(
+            await reopenedStore(at: state), "the store is still held after its queue was released")
         let next = DownloadQueue(configuration: .init(download: Self.configuration()), store: reopened)
         let problems = await next.restore()
         #expect(problems.isEmpty, "\(problems.map { $0.error.message })")

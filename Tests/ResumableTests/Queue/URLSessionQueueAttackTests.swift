@@ -222,16 +222,6 @@ struct URLSessionQueueAttackTests {
         #expect(threadsSettled, "seed \(seed): threads \(threadsBefore) before, \(Self.threadCount()) after")
     }
 
-    /// Opens the store at `state`, trying again until `timeout` passes; `nil` while another queue holds it.
-    static func reopen(_ state: URL, timeout: Duration) async throws -> TaskStore? {
-        var store: TaskStore?
-        _ = try await waitUntil(timeout: timeout) {
-            store = try? TaskStore(directory: state)
-            return store != nil
-        }
-        return store
-    }
-
     /// A queue released while its downloads run closes its shared session: the downloads end, keep their bytes in
     /// the store, and let go of it, so that a new queue can open the store and continue them. A download whose
     /// delivery thread waits in a rate limiter is not stopped by the closing (the limiter's wait ends only on a stop
@@ -266,11 +256,11 @@ struct URLSessionQueueAttackTests {
         let waiting = try await waitUntil(timeout: .seconds(30)) { limiter.waitingCount >= 2 }
         try #require(waiting, "the downloads never waited in the limiter")
         queue = nil
-        let released = try await waitUntil(timeout: .seconds(10)) { weakQueue.object == nil }
+        let released = try await waitUntil { weakQueue.object == nil }
         try #require(released, "the queue was never released")
 
         let started = ContinuousClock.now
-        let store = try await Self.reopen(state, timeout: .seconds(10))
+        let store = try await reopenedStore(at: state, timeout: .seconds(10))
         try #require(
             store != nil,
             "\(transport): 10 s after its queue was released, the store is still held (limiter waiters: \(limiter.waitingCount))"
@@ -322,9 +312,9 @@ struct URLSessionQueueAttackTests {
         try #require(await gate.waitUntilHeld(count: 4, timeout: .seconds(30)), "\(gate)")
         try #require(try await waitUntilTemporaryFiles(in: partial, count: 4, eachHolding: 100_000))
         queue = nil
-        let released = try await waitUntil(timeout: .seconds(10)) { weakQueue.object == nil }
+        let released = try await waitUntil { weakQueue.object == nil }
         try #require(released, "the queue was never released")
-        let store = try await Self.reopen(state, timeout: .seconds(10))
+        let store = try await reopenedStore(at: state, timeout: .seconds(10))
         try #require(store != nil, "\(transport): 10 s after its queue was released, the store is still held")
         let second = DownloadQueue(
             configuration: .init(maximumConcurrentDownloads: 4, download: Self.configuration()), store: store)

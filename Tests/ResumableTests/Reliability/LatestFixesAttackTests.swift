@@ -20,16 +20,6 @@ struct LatestFixesAttackTests {
         return configuration
     }
 
-    /// Opens the store at `state`, trying again until `timeout` passes; `nil` while another queue holds it.
-    static func reopen(_ state: URL, timeout: Duration) async throws -> TaskStore? {
-        var store: TaskStore?
-        _ = try await waitUntil(timeout: timeout) {
-            store = try? TaskStore(directory: state)
-            return store != nil
-        }
-        return store
-    }
-
     /// A queue running one download held by the server after `held` bytes, with those bytes on disk.
     struct HeldQueue {
         let fixture: DownloadFixture
@@ -74,10 +64,10 @@ struct LatestFixesAttackTests {
         let weakQueue = WeakBox(held.queue)
         await held.queue!.cancel(held.id)
         held.queue = nil
-        let released = try await waitUntil(timeout: .seconds(10)) { weakQueue.object == nil }
+        let released = try await waitUntil { weakQueue.object == nil }
         try #require(released, "the queue was never released")
-        let store = try await Self.reopen(held.state, timeout: .seconds(30))
-        try #require(store != nil, "the store is still held 30 s after its queue was released")
+        let store = try await reopenedStore(at: held.state)
+        try #require(store != nil, "the store is still held after its queue was released")
         let second = DownloadQueue(configuration: .init(download: Self.configuration()), store: store)
         #expect(await second.restore().isEmpty)
         let items = await second.items
@@ -103,10 +93,10 @@ struct LatestFixesAttackTests {
         let weakQueue = WeakBox(held.queue)
         await held.queue!.pause(held.id)
         held.queue = nil
-        let released = try await waitUntil(timeout: .seconds(10)) { weakQueue.object == nil }
+        let released = try await waitUntil { weakQueue.object == nil }
         try #require(released, "the queue was never released")
-        let store = try await Self.reopen(held.state, timeout: .seconds(30))
-        try #require(store != nil, "the store is still held 30 s after its queue was released")
+        let store = try await reopenedStore(at: held.state)
+        try #require(store != nil, "the store is still held after its queue was released")
         let second = DownloadQueue(configuration: .init(download: Self.configuration()), store: store)
         #expect(await second.restore().isEmpty)
         let items = await second.items
@@ -159,7 +149,7 @@ struct LatestFixesAttackTests {
         await first!.pause(id)
         _ = await first!.waitUntilIdle()
         first = nil
-        var store = try await Self.reopen(state, timeout: .seconds(30))
+        var store = try await reopenedStore(at: state)
         try #require(store != nil)
 
         // A second record, crafted: its token names a file of the same name in the look-alike directory.
@@ -194,7 +184,7 @@ struct LatestFixesAttackTests {
         try FileManager.default.removeItem(at: tasks.appendingPathComponent("\(craftedID).json"))
         second = nil
         store = nil
-        let reopened = try await Self.reopen(state, timeout: .seconds(30))
+        let reopened = try await reopenedStore(at: state)
         try #require(reopened != nil)
         let third = DownloadQueue(configuration: .init(download: Self.configuration()), store: reopened)
         #expect(await third.restore().isEmpty)

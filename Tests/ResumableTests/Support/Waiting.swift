@@ -33,6 +33,17 @@ func waitUntil(timeout: Duration = Waiting.deadline, _ condition: () throws -> B
     return try condition()
 }
 
+/// The task store at `state`, opened again once nothing holds it (a released queue and its downloads let it go),
+/// trying until `timeout` passes; `nil` while something still holds it.
+func reopenedStore(at state: URL, timeout: Duration = Waiting.deadline) async throws -> TaskStore? {
+    var store: TaskStore?
+    _ = try await waitUntil(timeout: timeout) {
+        store = try? TaskStore(directory: state)
+        return store != nil
+    }
+    return store
+}
+
 /// Runs blocking `work` (waiting for a process, reading a pipe) on a thread of its own and returns its result,
 /// so that no thread of the cooperative pool waits meanwhile.
 func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
