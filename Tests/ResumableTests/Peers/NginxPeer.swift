@@ -116,7 +116,8 @@ final class NginxPeer: Sendable {
             executable: executable,
             documentRoot: root,
             output: logs.appendingPathComponent("output.log"),
-            logs: [errorLog, configuration]
+            logs: [errorLog, configuration],
+            directory: directory
         ) { port in
             let temporaryPaths = modules.map { module in
                 "\(module)_temp_path \(Self.quoted(temporary.appendingPathComponent(module).path));"

@@ -45,7 +45,9 @@ enum PeerEnvironment {
 }
 
 /// A server process a test started: listening on a free loopback port, ready once it served a probe file
-/// from its document root, stopped with SIGTERM (SIGKILL if that is ignored) and reaped.
+/// from its document root, stopped with SIGTERM (SIGKILL if that is ignored) and reaped. The directory it writes
+/// into is held until the process exited, so that it is removed only then: removed while the process still ran, it
+/// lost the race with the files the process writes or unlinks as it exits (nginx's pid file) and part of it stayed.
 ///
 /// The process is stopped by ``stop(signal:)`` or when the value is released. Swift may release a value
 /// after its last use, before the end of its scope, so tests keep it alive with `defer { peer.stop() }`.
@@ -60,13 +62,16 @@ final class PeerProcess: Sendable {
     let port: UInt16
     private let process: SpawnedProcess
     private let logs: [URL]
+    /// The directory the process writes into; the reaper holds it until the process exited.
+    private let directory: TemporaryDirectory
     private let stopped = Mutex(false)
 
-    private init(name: String, port: UInt16, process: SpawnedProcess, logs: [URL]) {
+    private init(name: String, port: UInt16, process: SpawnedProcess, logs: [URL], directory: TemporaryDirectory) {
         self.name = name
         self.port = port
         self.process = process
         self.logs = logs
+        self.directory = directory
     }
 
     deinit {
@@ -79,6 +84,8 @@ final class PeerProcess: Sendable {
     /// taken (another process won the race), it is started again on another port.
     ///
     /// - Parameters:
+    ///   - directory: The directory the process writes into (its configuration, logs, temporary files); removed
+    ///     only once the process exited.
     ///   - arguments: The arguments for a port; may write configuration that names the port.
     ///   - output: Where the process's standard output and error go.
     ///   - logs: Further logs to quote when the process does not start (`output` is always quoted).
@@ -91,6 +98,7 @@ final class PeerProcess: Sendable {
         output: URL,
         logs: [URL] = [],
         probe: (@Sendable (UInt16) -> Bool)? = nil,
+        directory: TemporaryDirectory,
         arguments: (UInt16) throws -> [String]
     ) async throws -> PeerProcess {
         let attempts = 5
@@ -106,7 +114,8 @@ final class PeerProcess: Sendable {
             let process = try SpawnedProcess(
                 executable: executable, arguments: try arguments(port), standardInput: .nullDevice,
                 standardOutput: .handle(handle), standardError: .handle(handle))
-            let peer = PeerProcess(name: name, port: port, process: process, logs: [output] + logs)
+            let peer = PeerProcess(
+                name: name, port: port, process: process, logs: [output] + logs, directory: directory)
             if try await peer.waitUntilReady(documentRoot: documentRoot, probe: probe) { return peer }
             let diagnostics = peer.diagnostics()
             if attempt < attempts, diagnostics.localizedCaseInsensitiveContains("address already in use") {
@@ -118,7 +127,7 @@ final class PeerProcess: Sendable {
     }
 
     /// Sends `signal` to the process at once, without waiting: a thread of its own waits for the exit, sends
-    /// SIGKILL when the process is still running after 30 s, and reaps it.
+    /// SIGKILL when the process is still running after 30 s, reaps it, and only then lets go of its directory.
     ///
     /// Only the first call signals; later calls return at once.
     func stop(signal: Int32 = SIGTERM) {
@@ -127,13 +136,15 @@ final class PeerProcess: Sendable {
             return !stopped
         }
         guard first else { return }
-        let process = self.process
+        let (process, directory) = (self.process, self.directory)
         process.send(signal)
         let reaper = Thread {
             if !Self.waitForExit(of: process, within: .seconds(30)) {
                 process.send(SIGKILL)
                 _ = Self.waitForExit(of: process, within: .seconds(30))
             }
+            // The last reference when the peer was released: the directory goes now, with no process writing to it.
+            withExtendedLifetime(directory) {}
         }
         reaper.name = "PeerProcess.reaper"
         reaper.start()

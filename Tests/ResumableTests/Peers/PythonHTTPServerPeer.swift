@@ -54,7 +54,8 @@ final class PythonHTTPServerPeer: Sendable {
             name: "python3 -m http.server",
             executable: executable,
             documentRoot: root,
-            output: log
+            output: log,
+            directory: directory
         ) { port in
             ["-u", "-m", "http.server", "--bind", "127.0.0.1", String(port), "--directory", root.path]
         }

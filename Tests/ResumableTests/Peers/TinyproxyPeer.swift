@@ -94,7 +94,8 @@ final class TinyproxyPeer: Sendable {
             documentRoot: directory.url,
             output: directory.url.appendingPathComponent("output.log"),
             logs: [log, configuration],
-            probe: probe
+            probe: probe,
+            directory: directory
         ) { port in
             let text = (["Port \(port)"] + lines).joined(separator: "\n") + "\n"
             try Data(text.utf8).write(to: configuration)
