@@ -20,10 +20,13 @@ struct DownloadFixture {
     /// transport is ``DownloadTask/Transport/automatic``).
     let transport: TransportKind
 
-    /// With `keepAlive`, the server keeps connections open between requests (its default closes each).
-    init(transport: TransportKind = .automatic, keepAlive: Bool = false) throws {
+    /// With `keepAlive`, the server keeps connections open between requests (its default closes each). The scratch
+    /// directory is made in `parent` (the system's temporary directory by default).
+    init(transport: TransportKind = .automatic, keepAlive: Bool = false, in parent: String = NSTemporaryDirectory())
+        throws
+    {
         server = try LoopbackServer(configuration: .init(keepAlive: keepAlive))
-        directory = try TemporaryDirectory()
+        directory = try TemporaryDirectory(in: parent)
         self.transport = transport
     }
 

@@ -26,8 +26,12 @@ struct URLSessionRedirectAttackTests {
 
         /// A download whose server answers `302` with `location`, over the URLSession transport; it must end, with a
         /// typed error or a file, and never trap the process.
-        static func downloadRedirectedTo(_ location: String) async throws {
-            let fixture = try DownloadFixture(transport: .urlSession)
+        ///
+        /// Its directory is made in `parent`, a directory of the parent process: a child that traps never runs the
+        /// deinit that would remove it, so the parent removes it (with the download's temporary file) once the child
+        /// ended.
+        static func downloadRedirectedTo(_ location: String, in parent: String) async throws {
+            let fixture = try DownloadFixture(transport: .urlSession, in: parent)
             fixture.serve(.bytes([], behavior: Behavior(redirect: Redirect(status: 302, location: location))))
             let task = try fixture.download(configuration: DownloadFixture.configuration(retries: 0))
             // Any end is fine here: the child process surviving is what is tested.
@@ -38,20 +42,26 @@ struct URLSessionRedirectAttackTests {
         /// resolution copies its host (`::1`, brackets stripped) into `URLComponents.host`, whose `url` is then
         /// `nil`: `guard let url = components.url else { fatalError("Invalid URL") }` (HTTPURLProtocol.swift:612).
         @Test("A 302 whose Location is //[::1]/x ends the download, and never traps the process")
-        func networkPathToIPv6LiteralDoesNotTrap() async {
+        func networkPathToIPv6LiteralDoesNotTrap() async throws {
+            let scratch = try TemporaryDirectory()
+            // Removed when the child ended, whatever way it ended, with whatever it left inside.
+            defer { withExtendedLifetime(scratch) {} }
             await withKnownIssue(Self.corelibsTrap) {
-                await #expect(processExitsWith: .success) {
-                    try await URLSessionRedirectAttackTests.downloadRedirectedTo("//[::1]/file.bin")
+                await #expect(processExitsWith: .success) { [parent = scratch.path as String] in
+                    try await URLSessionRedirectAttackTests.downloadRedirectedTo("//[::1]/file.bin", in: parent)
                 }
             }
         }
 
         /// The same trap through a percent-encoded slash in the host of a network-path reference.
         @Test("A 302 whose Location is //a%2Fb/x ends the download, and never traps the process")
-        func networkPathWithEncodedSlashInHostDoesNotTrap() async {
+        func networkPathWithEncodedSlashInHostDoesNotTrap() async throws {
+            let scratch = try TemporaryDirectory()
+            // Removed when the child ended, whatever way it ended, with whatever it left inside.
+            defer { withExtendedLifetime(scratch) {} }
             await withKnownIssue(Self.corelibsTrap) {
-                await #expect(processExitsWith: .success) {
-                    try await URLSessionRedirectAttackTests.downloadRedirectedTo("//a%2Fb/file.bin")
+                await #expect(processExitsWith: .success) { [parent = scratch.path as String] in
+                    try await URLSessionRedirectAttackTests.downloadRedirectedTo("//a%2Fb/file.bin", in: parent)
                 }
             }
         }
@@ -178,15 +188,16 @@ struct URLSessionRedirectAttackTests {
         /// not kept as a test: the child process burns a core for as long as the test waits.
 
         /// A download whose server answers a chunked `200` that ends with a trailer field (RFC 9112 §7.1.2), over the
-        /// URLSession transport: it must end (the 5 bytes are the file) and never trap the process.
-        static func downloadWithTrailer() async throws {
+        /// URLSession transport: it must end (the 5 bytes are the file) and never trap the process. Its directory is
+        /// made in `parent`, as in ``downloadRedirectedTo(_:in:)``.
+        static func downloadWithTrailer(in parent: String) async throws {
             let server = try RawScriptServer { _, _, send in
                 let text =
                     "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
                     + "5\r\nhello\r\n0\r\nX-Checksum: abc\r\n\r\n"
                 return send(Array(text.utf8)) ? .completed(200) : .clientLeft(0)
             }
-            let directory = try TemporaryDirectory()
+            let directory = try TemporaryDirectory(in: parent)
             let task = try DownloadTask(
                 url: try #require(URL(string: "http://127.0.0.1:\(server.port)/file.bin")),
                 destination: .directory(directory.url),
@@ -199,10 +210,13 @@ struct URLSessionRedirectAttackTests {
         /// response, and then traps when the transfer completes: "NativeProtocol.swift:240: Fatal error: Transfer
         /// completed, but there's no response."
         @Test("A chunked 200 with a trailer field never traps the process")
-        func chunkedTrailerDoesNotTrap() async {
+        func chunkedTrailerDoesNotTrap() async throws {
+            let scratch = try TemporaryDirectory()
+            // Removed when the child ended, whatever way it ended, with whatever it left inside.
+            defer { withExtendedLifetime(scratch) {} }
             await withKnownIssue(Self.corelibsTrap) {
-                await #expect(processExitsWith: .success) {
-                    try await URLSessionRedirectAttackTests.downloadWithTrailer()
+                await #expect(processExitsWith: .success) { [parent = scratch.path as String] in
+                    try await URLSessionRedirectAttackTests.downloadWithTrailer(in: parent)
                 }
             }
         }
