@@ -8,7 +8,8 @@ import Synchronization
 /// server's key.
 ///
 /// Every key is a P-256 EC key (fast to make). The files live in a directory of their own under the system's
-/// temporary directory, named by the properties below; they are never changed after ``shared()`` returns.
+/// temporary directory, named by the properties below; they are never changed after ``shared()`` returns, and removed
+/// when the test process exits.
 ///
 /// ```swift
 /// let certificates = try await TLSCertificates.shared()
@@ -67,6 +68,10 @@ struct TLSCertificates: Sendable {
 
     private static let cache = Mutex<Task<TLSCertificates, any Error>?>(nil)
 
+    /// The directory ``make()`` made, which the process removes as it exits (`atexit`): every test may use the files
+    /// until then, so no test can remove them.
+    private static let madeDirectory = Mutex<URL?>(nil)
+
     /// The certificates of this process, made on first use (on a thread of its own) and then reused.
     ///
     /// - Throws: ``PeerError`` when openssl is missing or one of its commands fails (then every later call throws
@@ -99,7 +104,14 @@ struct TLSCertificates: Sendable {
             .appendingPathComponent("resumable-tls-\(UUID().uuidString)", isDirectory: true)
         let database = directory.appendingPathComponent("ca-database", isDirectory: true)
         let caDirectory = directory.appendingPathComponent("ca-directory", isDirectory: true)
-        for path in [directory, database, caDirectory] {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        madeDirectory.withLock { $0 = directory }
+        atexit {
+            if let directory = TLSCertificates.madeDirectory.withLock({ $0 }) {
+                try? FileManager.default.removeItem(at: directory)
+            }
+        }
+        for path in [database, caDirectory] {
             try FileManager.default.createDirectory(at: path, withIntermediateDirectories: true)
         }
         func file(_ name: String) -> URL { directory.appendingPathComponent(name) }
