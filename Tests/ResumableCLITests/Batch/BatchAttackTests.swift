@@ -116,7 +116,7 @@ struct BatchAttackTests {
         let state = scratch.url.appendingPathComponent("state")
         try Self.makeStore(state, records: [])
         #expect(mkfifo(state.appendingPathComponent("lock").path, 0o600) == 0)
-        let listed = try await CLIProcess.run(["list", "--state", "state"], in: scratch.url, timeout: .seconds(20))
+        let listed = try await CLIProcess.run(["list", "--state", "state"], in: scratch.url)
         #expect(listed.exitCode != nil, "\(listed)")
     }
 }

@@ -164,9 +164,9 @@ struct URLSessionQueueAttackTests {
         }
         #expect(stuck.isEmpty, "seed \(seed): running after the suspended queue was idle: \(stuck.map(\.id))")
         queue = nil
-        let released = try await waitUntil(timeout: .seconds(30)) { weakQueue.object == nil }
+        let released = try await waitUntil { weakQueue.object == nil }
         #expect(released, "seed \(seed): the queue was never released")
-        let ended = try await waitUntil(timeout: .seconds(30)) { streamEnded.withLock { $0 } }
+        let ended = try await waitUntil { streamEnded.withLock { $0 } }
         #expect(ended, "seed \(seed): the released queue's event stream never ended")
 
         // A new process: the same store, restored, everything resumed.
@@ -218,7 +218,7 @@ struct URLSessionQueueAttackTests {
             TemporaryFileName.isValid($0)
         }
         #expect(partial.isEmpty, "seed \(seed): temporary files left: \(partial.count)")
-        let threadsSettled = try await waitUntil(timeout: .seconds(30)) { Self.threadCount() <= threadsBefore + 12 }
+        let threadsSettled = try await waitUntil { Self.threadCount() <= threadsBefore + 12 }
         #expect(threadsSettled, "seed \(seed): threads \(threadsBefore) before, \(Self.threadCount()) after")
     }
 
@@ -253,7 +253,7 @@ struct URLSessionQueueAttackTests {
         for index in 0..<4 {
             try await queue!.add(fixture.server.url(for: "/slow-\(index).bin"), destination: .directory(output))
         }
-        let waiting = try await waitUntil(timeout: .seconds(30)) { limiter.waitingCount >= 2 }
+        let waiting = try await waitUntil { limiter.waitingCount >= 2 }
         try #require(waiting, "the downloads never waited in the limiter")
         queue = nil
         let released = try await waitUntil { weakQueue.object == nil }
@@ -309,7 +309,7 @@ struct URLSessionQueueAttackTests {
         for index in 0..<4 {
             try await queue!.add(fixture.server.url(for: "/held-\(index).bin"), destination: .directory(output))
         }
-        try #require(await gate.waitUntilHeld(count: 4, timeout: .seconds(30)), "\(gate)")
+        try #require(await gate.waitUntilHeld(count: 4, timeout: Waiting.deadline), "\(gate)")
         try #require(try await waitUntilTemporaryFiles(in: partial, count: 4, eachHolding: 100_000))
         queue = nil
         let released = try await waitUntil { weakQueue.object == nil }

@@ -62,7 +62,7 @@ struct URLSessionCancellationAttackTests {
             transport!.close()
             transport = nil
 
-            let ended = try await waitUntil(timeout: .seconds(10)) { queue.object == nil }
+            let ended = try await waitUntil { queue.object == nil }
             #expect(ended, "the closed session never went away")
         }
 
@@ -84,7 +84,7 @@ struct URLSessionCancellationAttackTests {
             transport!.close()
             transport = nil
 
-            let ended = try await waitUntil(timeout: .seconds(10)) { queue.object == nil }
+            let ended = try await waitUntil { queue.object == nil }
             #expect(ended, "the closed session never went away: a task was left suspended in it")
         }
 
@@ -119,7 +119,7 @@ struct URLSessionCancellationAttackTests {
                 }
                 transport.close()
             }
-            _ = try await waitUntil(timeout: .seconds(10)) { queues.allSatisfy { $0.object == nil } }
+            _ = try await waitUntil { queues.allSatisfy { $0.object == nil } }
             let alive = queues.indices.filter { queues[$0].object != nil }
             #expect(alive.isEmpty, "closed sessions still alive after the pause of rounds \(alive)")
         }
@@ -231,11 +231,11 @@ struct URLSessionCancellationAttackTests {
                     transport.close()
                 }
             }
-            let ended = try await waitUntil(timeout: .seconds(20)) { queues.allSatisfy { $0.object == nil } }
+            let ended = try await waitUntil { queues.allSatisfy { $0.object == nil } }
             let alive = queues.indices.filter { queues[$0].object != nil }
             #expect(ended, "closed sessions still alive: rounds \(alive)")
             // libdispatch lets idle pool threads go after a few seconds; a thread blocked for good never goes.
-            let settled = try await waitUntil(timeout: .seconds(30)) { Self.threadCount() <= before + 4 }
+            let settled = try await waitUntil { Self.threadCount() <= before + 4 }
             #expect(settled, "threads: \(before) before, \(Self.threadCount()) after")
         }
 
