@@ -163,7 +163,7 @@ struct RobustnessTests {
         let start = ContinuousClock.now
         server.shutdown()
         // Bounded loosely (the machine may be busy): far below the 17 minutes the transfer would take.
-        #expect(ContinuousClock.now - start < .seconds(30))
+        #expect(ContinuousClock.now - start < .seconds(300))
         server.shutdown()
         #expect(throws: (any Error).self) { try RawHTTPClient.request(port: port, path: "/slow") }
     }

@@ -156,7 +156,7 @@ struct URLSessionQueueAttackTests {
         // Interrupted: as the CLI does on SIGINT.
         await queue!.setLimits(maximumConcurrentDownloads: 8)
         await queue!.suspend()
-        let first = try await Self.idle(queue!, timeout: .seconds(60))
+        let first = try await Self.idle(queue!, timeout: Waiting.deadline)
         #expect(first != nil, "seed \(seed): the suspended queue never became idle: \(running.withLock { $0 })")
         let stuck = await queue!.items.filter {
             if case .running = $0.state { return true }
@@ -178,7 +178,7 @@ struct URLSessionQueueAttackTests {
         let problems = await second.restore()
         #expect(problems.isEmpty, "seed \(seed): \(problems)")
         await second.resumeAll()
-        let summary = try await Self.idle(second, timeout: .seconds(60))
+        let summary = try await Self.idle(second, timeout: Waiting.deadline)
         #expect(summary != nil, "seed \(seed): the restored queue never became idle")
         let left = await second.items
         let leftFailures = left.map { item -> String in
@@ -271,7 +271,7 @@ struct URLSessionQueueAttackTests {
             configuration: .init(maximumConcurrentDownloads: 4, download: Self.configuration()), store: store)
         #expect(await second.restore().isEmpty)
         await second.resumeAll()
-        let summary = try await Self.idle(second, timeout: .seconds(60))
+        let summary = try await Self.idle(second, timeout: Waiting.deadline)
         #expect(summary?.finished == 4, "\(String(describing: summary)), store reopened after \(waited)")
         for (index, bytes) in files.enumerated() {
             let url = output.appendingPathComponent("slow-\(index).bin")
@@ -320,7 +320,7 @@ struct URLSessionQueueAttackTests {
             configuration: .init(maximumConcurrentDownloads: 4, download: Self.configuration()), store: store)
         #expect(await second.restore().isEmpty)
         await second.resumeAll()
-        let summary = try await Self.idle(second, timeout: .seconds(60))
+        let summary = try await Self.idle(second, timeout: Waiting.deadline)
         #expect(summary?.finished == 4, "\(String(describing: summary))")
         for (index, bytes) in files.enumerated() {
             let url = output.appendingPathComponent("held-\(index).bin")

@@ -60,7 +60,7 @@ struct RateLimiterTests {
         stop.store(true, ordering: .relaxed)
         _ = try await waiter.value
         // 10^6 s without the stop; a loaded machine gets generous slack.
-        #expect(clock.now - start < .seconds(60))
+        #expect(clock.now - start < .seconds(300))
         #expect(limiter.waitingCount == 0)
     }
 
@@ -74,7 +74,7 @@ struct RateLimiterTests {
         #expect(try await waitUntil { limiter.waitingCount == 1 })
         limiter.bytesPerSecond = nil
         _ = try await waiter.value
-        #expect(clock.now - start < .seconds(60), "a wait of 10^6 s at 1 B/s")
+        #expect(clock.now - start < .seconds(300), "a wait of 10^6 s at 1 B/s")
 
         // 10_000 B/s: 10_000 bytes beyond the 16 KiB burst wait 1 s from their reservation (one call, so however long
         // a busy machine takes to get there, the wait is still ahead); lowering the rate to 1 B/s meanwhile must not
@@ -103,7 +103,7 @@ struct RateLimiterTests {
         rateChanged.signal()
         _ = try await slow.value
         #expect(clock.now - second >= .seconds(1))
-        #expect(clock.now - second < .seconds(60))
+        #expect(clock.now - second < .seconds(300))
         // The lower rate applies to what comes next: 2 bytes at 1 B/s on top of the backlog.
         #expect(lowered.bytesPerSecond == 1)
     }

@@ -106,7 +106,7 @@ extension SegmentScheduleTests {
 
 /// Without the rule, the held answer would wait for the stall timeout or the idle timeout (600 s in these tests): the
 /// time limit is what fails.
-@Suite("Multi-connection downloads: a held tail", .timeLimit(.minutes(1)))
+@Suite("Multi-connection downloads: a held tail", .timeLimit(.minutes(5)))
 struct SegmentTailRetakeTests {
     @Test(
         "The first answer held 20 KiB short of its segment's end, forever: its rest is asked again and the file completes",

@@ -10,7 +10,7 @@ import Testing
 #endif
 
 /// What a token file may hold and how it is read and written: modes, size caps, credentials.
-@Suite("Token hygiene", .timeLimit(.minutes(1)))
+@Suite("Token hygiene", .timeLimit(.minutes(5)))
 struct TokenHygieneTests {
     private static func token(
         url: String = "http://127.0.0.1:1/a",
