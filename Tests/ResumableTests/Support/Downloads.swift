@@ -43,6 +43,10 @@ struct DownloadFixture {
             existingFile: existingFile,
             retry: .init(maximumRetries: retries, initialDelay: .milliseconds(10), maximumDelay: .milliseconds(50)),
             idleTimeout: .seconds(600),
+            // A loopback connect is never what these tests time: under a parallel run on a busy machine,
+            // FoundationNetworking's work (on the global Dispatch pool that Swift concurrency shares) has been kept
+            // from running for over 30 s, the default, and dozens of URLSession downloads failed at once.
+            connectTimeout: .seconds(120),
             transport: transport
         )
     }
