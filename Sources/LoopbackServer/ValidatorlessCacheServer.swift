@@ -12,10 +12,9 @@ import Synchronization
 /// request gets a `206` of version 2 (the same length) without either, whatever its `If-Range` says. A client that
 /// joins such a `206` to bytes of the `200` splices two versions.
 ///
-/// The order is fixed by events, so that the first answer's connection ends before any segment is judged: the first
-/// `200` sends its head and first MiB, then the rest once a range request has arrived; range requests are answered
-/// once that first `200` has ended (all sent, or its client closed the connection, as a client does at the end of
-/// its share). With `holdingSecondWhole`, the second `200` sends its first MiB and holds the rest until
+/// The order is fixed by events, so that the first answer's connection ends before any segment is judged and no answer
+/// is left to read on: the first `200` sends its head and first MiB and, once a range request has arrived, closes the
+/// connection there (a cut); range requests are answered once that first `200` has ended. With `holdingSecondWhole`, the second `200` sends its first MiB and holds the rest until
 /// ``release()``; every later `200` sends all of version 1 at once. The holds wait on the connection's own thread;
 /// their deadline of 300 s only bounds a client that never does what a test waits for.
 public final class ValidatorlessCacheServer: Sendable {
@@ -80,7 +79,8 @@ public final class ValidatorlessCacheServer: Sendable {
                 defer { state.firstWholeEnded.store(true, ordering: .sequentiallyConsistent) }
                 guard send(head + Array(one[0..<(1 << 20)])) else { return .clientLeft(0) }
                 state.wait { state.partials.load(ordering: .sequentiallyConsistent) > 0 }
-                return send(Array(one[(1 << 20)...])) ? .completed(200) : .clientLeft(0)
+                // Cut there: the rest of version 1 can only come from a range request or a new GET.
+                return .completed(200)
             }
             guard send(head + Array(one[0..<(1 << 20)])) else { return .clientLeft(0) }
             state.wait { state.released.load(ordering: .sequentiallyConsistent) }
