@@ -18,18 +18,19 @@ import Synchronization
 /// ``release()``; every later `200` sends all of version 1 at once. The holds wait on the connection's own thread;
 /// their deadline of 300 s only bounds a client that never does what a test waits for.
 public final class ValidatorlessCacheServer: Sendable {
-    /// The length of both versions.
-    public let length: Int64
     /// The bytes the `200`s carry.
     public let versionOne: [UInt8]
     /// The bytes the `206`s carry.
     public let versionTwo: [UInt8]
     /// The file's address.
     public var url: URL { URL(string: "http://127.0.0.1:\(raw.port)/file.bin")! }
-    /// The bound port.
-    public var port: UInt16 { raw.port }
-    /// How many range requests were answered (with version 2).
-    public var rangeAnswers: Int { state.partials.load(ordering: .sequentiallyConsistent) }
+
+    /// `nil` when `bytes` are exactly one of the two versions; else where they leave version 1, for a message.
+    public func splice(in bytes: [UInt8]) -> String? {
+        if bytes == versionOne || bytes == versionTwo { return nil }
+        let first = zip(bytes, versionOne).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+        return "\(bytes.count) bytes, differing from version 1 at \(first.map(String.init) ?? "its end")"
+    }
 
     private final class State: Sendable {
         let wholes = Atomic<Int>(0)
@@ -56,7 +57,6 @@ public final class ValidatorlessCacheServer: Sendable {
         length: Int64 = 8 << 20, seeds: (one: UInt64, two: UInt64), etag: String, holdingSecondWhole: Bool = false
     ) throws {
         precondition(length > 1 << 20, "the 200s send a first MiB, then hold")
-        self.length = length
         let one = Resource.generatedBytes(seed: seeds.one, range: 0..<length)
         let two = Resource.generatedBytes(seed: seeds.two, range: 0..<length)
         versionOne = one
