@@ -22,9 +22,12 @@ struct SegmentedCLITests {
     static let segmentStarts = (1..<4).map { Int64($0) * quarter }
 
     /// Holds the first response and the three other segments of a `--connections 4` download after `bytes` bytes,
-    /// all at one gate.
+    /// all at one gate; any later request for the file too (a segment a loaded machine starved for the stall timeout
+    /// is asked again on a fresh connection, and that answer must not run past the gate to the file's end), until the
+    /// gate opens.
     static func holdFourSegments(of served: ServedFile, after bytes: Int64) -> BodyGate {
         let gate = BodyGate(holdingAfter: bytes)
+        served.setBehavior(Behavior(gate: gate))
         served.server.enqueue(behavior: Behavior(gate: gate), for: served.path)
         for start in segmentStarts {
             served.server.enqueue(behavior: Behavior(gate: gate), for: served.path, whenRangeStartsAt: start)
@@ -96,6 +99,7 @@ struct SegmentedCLITests {
         process.send(SIGKILL)
         let killed = try await process.finish()
         #expect(killed.signal == SIGKILL, "\(killed)")
+        gate.open()
 
         let token = try ResumeToken(contentsOf: tokenURL)
         #expect(token.version == 2)
