@@ -303,7 +303,9 @@ final class GatedConsumer: ResponseConsumer, Sendable {
             let session = URLSession(configuration: .ephemeral)
             let task = session.dataTask(with: url)
             task.cancel()
-            session.invalidateAndCancel()
+            // Not invalidateAndCancel(): corelibs reads the session's task registry off its work queue there, racing
+            // the cancelled task's removal from it (a trap of the whole test process, seen by the library in a soak).
+            session.finishTasksAndInvalidate()
             state.withLock { state in
                 state.sawHold = sawHold
                 state.madeTask = true
