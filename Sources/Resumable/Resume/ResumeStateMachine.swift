@@ -111,6 +111,13 @@ struct ResumeStateMachine: Sendable {
     /// 206s are never joined (``receivePartial(_:_:)`` asks every 206 for the stored validators), so no segments are
     /// tried again in this task; what is missing comes in one piece.
     private(set) var partialsNeedValidators = false
+    /// This run's request without a range (the first GET, or a restart's) had its 200 accepted: the server serves
+    /// the whole file to this client.
+    private var servedWholeWithoutRange = false
+    /// A range request was turned away (a 400 or a 403, or an answer too malformed to judge)
+    /// by a server that served the whole file without a range in this run: the rest of this task asks without a range
+    /// and takes the whole file again, on one connection (rule 17i, ``turnedAway(_:)``).
+    private(set) var rangesTurnedAway = false
     /// The completed ranges before the last body piece joined them to the prefix, so a failed write can give them
     /// back (``revertBody(to:)``).
     private var absorbedRanges: ByteRangeSet?
@@ -139,7 +146,9 @@ struct ResumeStateMachine: Sendable {
         droppedBytes = nil
         var fields = baseHeaders()
         var current = Exchange(sentRange: false, sentIfRange: false)
-        if state.bytesOnDisk > 0 {
+        // After ranges were turned away, the whole file again: its 200 is judged as any (a restart from byte 0 into a
+        // new file; the bytes on disk stay until that answer is accepted).
+        if state.bytesOnDisk > 0 && !rangesTurnedAway {
             // With completed ranges beyond the prefix (a multi-connection download's), only the first gap is asked.
             let last = state.completedRanges.ranges.first.map { "\($0.lowerBound - 1)" } ?? ""
             fields.append(HTTPHeader(name: "Range", value: "bytes=\(state.offset)-\(last)"))
@@ -226,6 +235,8 @@ struct ResumeStateMachine: Sendable {
             state.url = state.originalURL
             return .skipBody(.requestAgain)
         default:
+            // 400 and 403: a refusal of the request, not news of the file (a 404 or a 410 says it is gone).
+            if status == 400 || status == 403, let outcome = turnedAway(current) { return .skipBody(outcome) }
             let what = (200...299).contains(status) ? ", which does not carry the file" : ""
             let error = ResumableError(
                 .httpStatus,
@@ -362,6 +373,7 @@ struct ResumeStateMachine: Sendable {
         }
         state.expectedLength = length
         state.acceptRanges = Self.acceptRanges(head)
+        if !current.sentRange { servedWholeWithoutRange = true }
         state.offset = 0
         state.completedRanges = ByteRangeSet()
         finalHead = head
@@ -402,6 +414,19 @@ struct ResumeStateMachine: Sendable {
         lastStatus = 416
         exchange = nil
         return .finished
+    }
+
+    /// A range request turned away by a server that served this run's request without a range: ask once more without
+    /// one (rule 17i). Some servers refuse range requests (a 403, a malformed answer) yet serve the file whole; after
+    /// a first answer stopped at its share, the rest could otherwise never be fetched, where one connection would
+    /// have read the whole file. A server that turns the plain request away too fails the download there, with the
+    /// bytes on disk kept. `nil` when the rule does not apply (the status is judged as usual).
+    private mutating func turnedAway(_ current: Exchange) -> Outcome? {
+        guard current.sentRange, servedWholeWithoutRange, !rangesTurnedAway else { return nil }
+        rangesTurnedAway = true
+        segmentsRefused = true
+        exchange = nil
+        return .requestAgain
     }
 
     private mutating func restartOrFail(_ reason: RestartReason, _ current: Exchange) -> HeadAction {
@@ -511,6 +536,9 @@ struct ResumeStateMachine: Sendable {
             // Before a response: retried only when the cause is transient (a refused or reset connection, a
             // timeout), never a refused TLS handshake, a proxy's refusal or a URL the transport cannot request.
             let error = error ?? ResumableError(.network, "the connection closed before a response arrived")
+            if error.code == .protocolViolation, let current = exchange, let outcome = turnedAway(current) {
+                return outcome
+            }
             return error.isTransient ? .retry(error) : .fail(error)
         }
         exchange = nil
