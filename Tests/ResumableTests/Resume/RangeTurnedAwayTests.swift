@@ -44,6 +44,17 @@ struct RangeTurnedAwayTests {
         }
     }
 
+    /// A download of the server's file into a new directory, with three retries.
+    static func download(
+        from server: RawScriptServer, transport: TransportKind
+    ) throws -> (DownloadTask, TemporaryDirectory) {
+        let directory = try TemporaryDirectory()
+        let task = try DownloadTask(
+            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
+            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        return (task, directory)
+    }
+
     static func requestKinds(_ server: RawScriptServer) -> [String] {
         server.requests.map { RawScriptServer.header("Range", in: $0) == nil ? "plain" : "range" }
     }
@@ -55,10 +66,7 @@ struct RangeTurnedAwayTests {
         let content = testBytes(count: Self.length, seed: 171)
         let server = try Self.server(first: content, later: content, refusal: refusal)
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try Self.download(from: server, transport: transport)
         let result = try await task.result.get()
         #expect([UInt8](try Data(contentsOf: result.fileURL)) == content)
         #expect(Self.requestKinds(server) == ["plain", "range", "plain"])
@@ -73,10 +81,7 @@ struct RangeTurnedAwayTests {
         let new = testBytes(count: Self.length, seed: 173)
         let server = try Self.server(first: old, later: new, laterTag: "\"v2\"", refusal: refusal)
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try Self.download(from: server, transport: transport)
         let result = try await task.result.get()
         let bytes = [UInt8](try Data(contentsOf: result.fileURL))
         #expect(bytes == new, "splice of the old prefix: \(bytes.prefix(Self.cut).elementsEqual(old.prefix(Self.cut)))")
@@ -91,10 +96,7 @@ struct RangeTurnedAwayTests {
         let content = testBytes(count: Self.length, seed: 174)
         let server = try Self.server(first: content, later: nil, refusal: refusal)
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try Self.download(from: server, transport: transport)
         let error = try #require(await failure(of: task))
         if refusal == .forbidden { #expect(error.httpStatus == 403, "\(error)") }
         // One plain GET more, not a loop: the rule applies once per task.
@@ -102,6 +104,7 @@ struct RangeTurnedAwayTests {
         let token = try #require(error.resumeToken, "\(error)")
         #expect(token.offset == Int64(Self.cut))
         #expect(token.etag == "\"v1\"")
+        #expect(token.tempPath.hasPrefix(directory.url.path + "/"), "\(token.tempPath)")
         let kept = [UInt8](try Data(contentsOf: URL(fileURLWithPath: token.tempPath)))
         #expect(kept == Array(content[0..<Self.cut]))
     }
