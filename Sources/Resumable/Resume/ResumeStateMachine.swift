@@ -115,8 +115,8 @@ struct ResumeStateMachine: Sendable {
     /// the whole file to this client.
     private var servedWholeWithoutRange = false
     /// A range request was turned away (a 400 or a 403, or an answer too malformed to judge)
-    /// by a server that served the whole file without a range in this run: the rest of this task asks without a range
-    /// and takes the whole file again, on one connection (rule 17i, ``turnedAway(_:)``).
+    /// by a server that served the whole file without a range in this run: the next request asks without a range and
+    /// takes the whole file again (rule 17i, ``turnedAway(_:)``); the rest of the task stays on one connection.
     private(set) var rangesTurnedAway = false
     /// The completed ranges before the last body piece joined them to the prefix, so a failed write can give them
     /// back (``revertBody(to:)``).
@@ -249,6 +249,15 @@ struct ResumeStateMachine: Sendable {
 
     private mutating func receivePartial(_ head: ResponseHead, _ current: Exchange) -> HeadAction {
         let requestedFrom = current.sentRange ? state.offset : 0
+        guard current.sentRange || state.bytesOnDisk == 0 else {
+            // A 206 to rule 17i's request without a range, with bytes on disk: its body starts at byte 0, the file
+            // on disk does not end there, and this answer is no whole file to start again with (a server that sends
+            // 206s unasked may cut them anywhere). Fail; the bytes on disk stay described.
+            let error = ResumableError(
+                .protocolViolation,
+                "the server answered 206 to a request without a range; the \(state.bytesOnDisk) bytes on disk are kept")
+            return .skipBody(.fail(error))
+        }
         // Bytes on disk (a prefix, or completed ranges) are joined only under the checks below.
         let joining = current.sentRange && state.bytesOnDisk > 0
         if head.value("Content-Type")?.lowercased().hasPrefix("multipart/byteranges") == true {
@@ -373,7 +382,12 @@ struct ResumeStateMachine: Sendable {
         }
         state.expectedLength = length
         state.acceptRanges = Self.acceptRanges(head)
-        if !current.sentRange { servedWholeWithoutRange = true }
+        if !current.sentRange {
+            servedWholeWithoutRange = true
+            // This answer's own bytes are resumed with a range as usual after a cut; a range turned away again is
+            // asked without one again (each such restart counts towards ``maximumRestarts``).
+            rangesTurnedAway = false
+        }
         state.offset = 0
         state.completedRanges = ByteRangeSet()
         finalHead = head

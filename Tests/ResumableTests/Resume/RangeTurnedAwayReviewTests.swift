@@ -75,7 +75,8 @@ struct RangeTurnedAwayReviewTests {
                 let isServers = named == Array(content.prefix(Int(token.offset)))
                 #expect(
                     isServers,
-                    "the token names \(token.offset) bytes that are not the server's (\(error)); requests \(Self.requestKinds(server))")
+                    "the token names \(token.offset) bytes that are not the server's (\(error)); requests \(Self.requestKinds(server))"
+                )
             }
         }
         #expect(Array(Self.requestKinds(server).prefix(3)) == ["plain", "range", "plain"])
@@ -150,7 +151,8 @@ struct RangeTurnedAwayReviewTests {
             let exact = bytes == content
             #expect(
                 exact,
-                "finished a file that is not the server's (old prefix + the 206's first bytes: \(bytes == spliced)); requests \(Self.requestKinds(server))")
+                "finished a file that is not the server's (old prefix + the 206's first bytes: \(bytes == spliced)); requests \(Self.requestKinds(server))"
+            )
         }
     }
 
@@ -183,6 +185,7 @@ struct RangeTurnedAwayReviewTests {
         let kinds = Self.requestKinds(server)
         #expect(
             kinds == ["plain", "range", "plain", "range"],
-            "the 90,000 bytes of the fallback's 200 were dropped although nothing refused them: \(kinds), \(result.bytesTransferred) bytes transferred")
+            "the 90,000 bytes of the fallback's 200 were dropped although nothing refused them: \(kinds), \(result.bytesTransferred) bytes transferred"
+        )
     }
 }
