@@ -242,7 +242,9 @@ struct RangeTurnedAwaySecondReviewTests {
     func refusalsWithProgressAreBoundedByRestarts(transport: TransportKind) async throws {
         let content = testBytes(count: 1_000_000, seed: 950)
         let server = try RawScriptServer { head, index in
-            if RawScriptServer.header("Range", in: head) != nil { return index % 4 == 1 ? Self.forbidden : Self.malformed }
+            if RawScriptServer.header("Range", in: head) != nil {
+                return index % 4 == 1 ? Self.forbidden : Self.malformed
+            }
             return Self.whole(content, tag: "\"v1\"", upTo: 200_000)
         }
         defer { server.stop() }
