@@ -57,10 +57,8 @@ struct RangeTurnedAwayReviewTests {
         // the 40,000 bytes on disk.
         let server = try Self.server(content: content) { Self.partial(content, 0...(Self.length - Self.cut - 1)) }
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        defer { withExtendedLifetime(directory) {} }  // the download writes into it
         switch await task.result {
         case .success(let result):
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
@@ -141,10 +139,8 @@ struct RangeTurnedAwayReviewTests {
                 + content[0..<rest] + Array("\r\n0\r\n\r\n".utf8)
         }
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        defer { withExtendedLifetime(directory) {} }  // the download writes into it
         if case .success(let result) = await task.result {
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
             let spliced = Array(content[0..<Self.cut]) + Array(content[0..<rest])
@@ -175,10 +171,8 @@ struct RangeTurnedAwayReviewTests {
             return index == 1 ? head + content[0..<secondCut] : head + content
         }
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        defer { withExtendedLifetime(directory) {} }  // the download writes into it
         let result = try await task.result.get()
         let exact = [UInt8](try Data(contentsOf: result.fileURL)) == content
         #expect(exact)

@@ -64,10 +64,8 @@ struct RangeTurnedAwaySecondReviewTests {
             return Self.partial(content, 0...(Self.length - Self.cut - 1), tag: "\"v1\"")
         }
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        defer { withExtendedLifetime(directory) {} }  // the download writes into it
         switch await task.result {
         case .success(let result):
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
@@ -92,10 +90,8 @@ struct RangeTurnedAwaySecondReviewTests {
             return Self.whole(other, tag: "\"v2\"")
         }
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        defer { withExtendedLifetime(directory) {} }  // the download writes into it
         switch await task.result {
         case .success(let result):
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
@@ -147,10 +143,8 @@ struct RangeTurnedAwaySecondReviewTests {
             return Self.whole(other, tag: "\"v2\"")
         }
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        defer { withExtendedLifetime(directory) {} }  // the download writes into it
         switch await task.result {
         case .success(let result):
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
@@ -175,18 +169,15 @@ struct RangeTurnedAwaySecondReviewTests {
             return Self.whole(content, tag: "\"v1\"", upTo: 5_000)
         }
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        defer { withExtendedLifetime(directory) {} }  // the download writes into it
         let watchdog = Task {
-            try await Task.sleep(for: .seconds(60))
+            try await Task.sleep(for: .seconds(300))
             task.cancel()
         }
         let result = await task.result
         watchdog.cancel()
         let count = server.requests.count
-        print("alternating: \(count) requests; \(result)")
         #expect(count <= 3 * (ResumeStateMachine.maximumRestarts + 2), "\(count) requests: \(Self.kinds(server))")
         if case .success = result { Issue.record("finished a file never served whole") }
     }
@@ -248,18 +239,15 @@ struct RangeTurnedAwaySecondReviewTests {
             return Self.whole(content, tag: "\"v1\"", upTo: 200_000)
         }
         defer { server.stop() }
-        let directory = try TemporaryDirectory()
-        let task = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        defer { withExtendedLifetime(directory) {} }  // the download writes into it
         let watchdog = Task {
-            try await Task.sleep(for: .seconds(60))
+            try await Task.sleep(for: .seconds(300))
             task.cancel()
         }
         let result = await task.result
         watchdog.cancel()
         let count = server.requests.count
-        print("with progress: \(count) requests; \(result)")
         #expect(count <= 3 * (ResumeStateMachine.maximumRestarts + 2), "\(count) requests: \(Self.kinds(server))")
         if case .success = result { Issue.record("finished a file never served whole") }
         if case .failure(let error) = result { try Self.checkToken(error, content, "") }
