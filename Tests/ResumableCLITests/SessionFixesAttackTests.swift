@@ -62,10 +62,12 @@ struct SessionFixesAttackTests {
     /// from the store, and the next `resume --state` calls the batch complete (exit 0, "0 left") with a line of the
     /// list never downloaded.
     ///
-    /// Reproduction: a batch paused at 100,000 bytes; the file changes on the server; `resume --state` gets a 200 to
-    /// its `If-Range`, switches to a new temporary file (the record on disk names it, 0 bytes) and waits for the new
-    /// body (held at byte 0). The record's write sibling `tasks/ID.json.writing` is made a directory (any failure of
-    /// that one write does the same: a full disk, an I/O error); SIGINT pauses the download before its first byte.
+    /// Reproduction: a batch paused at 100,000 bytes of a file served without validators; the file changes on the
+    /// server; `resume --state` cannot prove a join, so it switches to a new temporary file before it asks (the record
+    /// on disk names it, 0 bytes) and waits for the new body (held at byte 0). The record's write sibling
+    /// `tasks/ID.json.writing` is made a directory (any failure of that one write does the same: a full disk, an I/O
+    /// error); SIGINT pauses the download before its first byte. (A 200 to an `If-Range` no longer switches before its
+    /// first byte, rule 9a; this test first reached the state that way.)
     @Test("A paused download whose record cannot be rewritten when its token is forgotten is never lost from the store")
     func forgetTokenFailureLosesPausedDownload() async throws {
         let server = try LoopbackServer()
@@ -76,7 +78,8 @@ struct SessionFixesAttackTests {
         let tasks = state.appendingPathComponent("tasks")
         let path = "/changing.bin"
         _ = try await PausedBatch.make(
-            server: server, in: scratch, path: path, seed: 52, state: "state", partialDirectory: partial)
+            server: server, in: scratch, path: path, seed: 52, state: "state", partialDirectory: partial,
+            validators: false)
         let oldFiles = Set(PausedBatch.temporaryFiles(in: partial).keys)
         try #require(oldFiles.count == 1, "\(oldFiles)")
 

@@ -40,7 +40,19 @@ extension DownloadEngine {
             }
         }
         guard let (before, plan) = decided else { return false }
+        let basis = worthwhileSegmentBasis()
         if let reason = plan.newFile {
+            guard basis != nil else {
+                // One connection reads this answer: the old file stays until its first byte
+                // (``DownloadEngine/PendingRestart``), and so does the token on disk, which names it.
+                state.withLock { state in
+                    state.progress.transferStart = plan.offset
+                    state.pendingRestart = PendingRestart(reason: reason, before: before, event: plan.event)
+                }
+                emitProgress()
+                return true
+            }
+            // Several connections will write into the file: the switch comes first.
             do throws(ResumableError) {
                 try switchFile(reason, restoring: before)
             } catch {
@@ -56,21 +68,26 @@ extension DownloadEngine {
         emitProgress()
         // A hand-off before the first byte is still a hand-off: record the accepted response at once.
         checkpoints.schedule(token, file: file)
-        return beginSegmentsIfWorthwhile(file: file)
+        if let basis { beginSegments(basis) }
+        return true
     }
 
-    /// Starts a multi-connection phase from the response just accepted when the machine allows one and it is
-    /// worthwhile: this response becomes the first segment, and the transfer loop opens the others, then
-    /// preallocates the file to its full length. Returns whether to read the body (always).
-    private func beginSegmentsIfWorthwhile(file: PartialFile) -> Bool {
+    /// The basis for a multi-connection phase from the response just accepted, when the machine allows one and it is
+    /// worthwhile.
+    private func worthwhileSegmentBasis() -> ResumeStateMachine.SegmentBasis? {
         let settings = segmentSettings
-        let basis = state.withLock { state -> ResumeStateMachine.SegmentBasis? in
+        return state.withLock { state -> ResumeStateMachine.SegmentBasis? in
             guard state.stop == nil, let basis = state.machine.segmentBasis(),
                 SegmentSchedule.isWorthwhile(basis, settings: settings)
             else { return nil }
             return basis
         }
-        guard let basis else { return true }
+    }
+
+    /// Starts a multi-connection phase from the response just accepted: this response becomes the first segment, and
+    /// the transfer loop opens the others, then preallocates the file to its full length.
+    private func beginSegments(_ basis: ResumeStateMachine.SegmentBasis) {
+        let settings = segmentSettings
         let signals = state.withLock { state in
             state.preallocation = basis.total
             state.machine.enterSegments()
@@ -80,7 +97,6 @@ extension DownloadEngine {
             return state.signals
         }
         signals?.yield(.wake)
-        return true
     }
 
     /// Judges a segment's head through the machine and records the verdict in the schedule.
@@ -98,6 +114,21 @@ extension DownloadEngine {
     /// Writes a piece of an accepted body where the machine, or the schedule of a multi-connection phase, says.
     private func receive(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
         let count = body.count
+        // The first byte of an answer that restarts the download: the new file takes the old one's place now.
+        let pending = state.withLock { state -> PendingRestart? in
+            guard state.stop == nil, !state.ended else { return nil }
+            defer { state.pendingRestart = nil }
+            return state.pendingRestart
+        }
+        if let pending {
+            do throws(ResumableError) {
+                try switchFile(pending.reason, restoring: pending.before)
+            } catch {
+                state.withLock { $0.headOutcome = .fail(error) }
+                throw error
+            }
+            events.send(pending.event)
+        }
         // One lock per piece on the single-connection path: whether a multi-connection phase owns the body is
         // checked inside it.
         let single = try state.withLock {

@@ -52,6 +52,20 @@ final class DownloadEngine: Sendable {
         var pendingActions: [SegmentSchedule.Action] = []
         /// Wakes the transfer loop of the current request.
         var signals: AsyncStream<ConnectionSignal>.Continuation?
+        /// A restart the accepted answer asked for, waiting for that answer's first byte (``PendingRestart``).
+        var pendingRestart: PendingRestart?
+    }
+
+    /// A restart decided at an answer's head (``ResumeStateMachine/BodyPlan/newFile``) and performed at its first
+    /// body byte, not before: until then the old file and the token naming it stay as they are. An answer cut, turned
+    /// away or paused before its first byte so loses nothing: the machine goes back to `before` and the bytes on
+    /// disk stay described, although nothing of the new answer ever reached the disk.
+    struct PendingRestart {
+        var reason: RestartReason
+        /// The machine as it was before the answer's head was judged: it describes the old file.
+        var before: ResumeStateMachine
+        /// The event that reports the accepted answer, sent once the switch is done.
+        var event: DownloadEvent
     }
 
     let configuration: DownloadTask.Configuration
@@ -261,7 +275,16 @@ final class DownloadEngine: Sendable {
             // Progress is measured against the bytes kept before the request was planned (see AttemptLimits).
             let bytesBefore = before.state.bytesOnDisk
             let ended = await transfer(transportRequest(plan.request), session: session)
-            if let stopped = stoppedError() { return .failure(stopped) }
+            // A restart whose answer ended before its first byte: done only if that answer was a whole, empty file;
+            // otherwise the old file stays the task's, described by the machine as it was before that answer.
+            let unswitched = state.withLock { state in
+                defer { state.pendingRestart = nil }
+                return state.pendingRestart
+            }
+            if let stopped = stoppedError() {
+                if let unswitched { state.withLock { $0.machine = unswitched.before } }
+                return .failure(stopped)
+            }
             // Progress is throttled while bytes arrive; report where this response left the file.
             emitProgress()
             let missing = before.state.missingLength
@@ -284,12 +307,26 @@ final class DownloadEngine: Sendable {
                     outcome = outcomeOfSegments
                     if !progressed { answers = max(joined, 1) }
                 }
+                if let unswitched {
+                    if case .finished = outcome {} else { state.machine = unswitched.before }
+                }
                 return (outcome, max(state.machine.state.bytesOnDisk - bytesBefore, 0) / Int64(answers), bodyEnded)
             }
             switch outcome {
             case .finished:
                 // Finished and concluded on one thread: one hop off the pool, not two.
-                return await Self.offThePool { self.conclude(self.finish()) }
+                return await Self.offThePool {
+                    if let unswitched {
+                        // The new answer was a whole file without a byte: the empty file takes the old one's place.
+                        do throws(ResumableError) {
+                            try self.switchFile(unswitched.reason, restoring: unswitched.before)
+                        } catch {
+                            return self.conclude(.failure(error))
+                        }
+                        self.events.send(unswitched.event)
+                    }
+                    return self.conclude(self.finish())
+                }
             case .requestAgain:
                 guard
                     limits.askingAgain(gained: gained, missing: missing, asked: asked, bodyEnded: bodyEnded)

@@ -24,14 +24,15 @@ enum PausedBatch {
 
     /// Serves 1 MiB at `path` (held after 100,000 bytes), runs `get -i list.txt -o out/ --state STATE` in `scratch`
     /// until those bytes are in `partialDirectory` (the store's `partial/`, however reached), interrupts it (SIGINT,
-    /// exit 130) and returns the file's bytes. The gate is open afterwards.
+    /// exit 130) and returns the file's bytes. The gate is open afterwards. With `validators` false the file is served
+    /// without an ETag or a Last-Modified, so the paused token cannot be joined: its resume starts a new file first.
     static func make(
         server: LoopbackServer, in scratch: ScratchDirectory, path: String, seed: UInt64, state: String,
-        partialDirectory: URL
+        partialDirectory: URL, validators: Bool = true
     ) async throws -> [UInt8] {
         let content = Resource.generatedBytes(seed: seed, range: 0..<(1 << 20))
         let gate = BodyGate(holdingAfter: 100_000)
-        server.register(.bytes(content), at: path)
+        server.register(validators ? .bytes(content) : .bytes(content, etag: nil, lastModified: nil), at: path)
         server.enqueue(behavior: Behavior(gate: gate), for: path)
         try Data((server.url(for: path).absoluteString + "\n").utf8).write(to: scratch.file("list.txt"))
         let process = try await CLIProcess.start(

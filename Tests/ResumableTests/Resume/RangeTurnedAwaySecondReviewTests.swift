@@ -177,11 +177,13 @@ struct RangeTurnedAwaySecondReviewTests {
         arguments: TransportKind.all)
     func pauseBetweenRefusalAndPlainAnswer(transport: TransportKind) async throws {
         let content = testBytes(count: Self.length, seed: 949)
+        // The plain GET's answer waits until the test has paused: a gate, not a guess at timing.
+        let release = DispatchSemaphore(value: 0)
         let server = try RawScriptServer { head, index in
             if index == 0 { return Self.whole(content, tag: "\"v1\"", upTo: Self.cut) }
             if index == 1 { return Self.forbidden }
             if index == 2 {
-                Thread.sleep(forTimeInterval: 3)
+                release.wait()
                 return Self.whole(content, tag: "\"v1\"")
             }
             if let range = RawScriptServer.header("Range", in: head) {
@@ -191,18 +193,23 @@ struct RangeTurnedAwaySecondReviewTests {
             }
             return Self.whole(content, tag: "\"v1\"")
         }
-        defer { server.stop() }
+        defer {
+            release.signal()
+            server.stop()
+        }
         let directory = try TemporaryDirectory()
         let configuration = DownloadFixture.configuration(retries: 3, transport: transport)
         let task = try DownloadTask(
             url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
             configuration: configuration)
-        var waited = 0
-        while server.requests.count < 3 && waited < 200 {
-            try await Task.sleep(for: .milliseconds(50))
-            waited += 1
+        // 300 s: the suite's bound on an endless wait, never reached by a working client.
+        let deadline = ContinuousClock.now + .seconds(300)
+        while server.requests.count < 3 && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
         }
+        try #require(server.requests.count >= 3, "\(Self.kinds(server))")
         let token = try #require(await task.cancelProducingResumeData(), "no token; \(Self.kinds(server))")
+        release.signal()
         let kept = [UInt8](try Data(contentsOf: URL(fileURLWithPath: token.tempPath)))
         #expect(token.offset == Int64(Self.cut), "offset \(token.offset)")
         #expect(Array(kept.prefix(Int(token.offset))) == Array(content.prefix(Int(token.offset))))

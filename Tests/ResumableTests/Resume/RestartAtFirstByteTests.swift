@@ -1,0 +1,178 @@
+import Foundation
+import LoopbackServer
+import Synchronization
+import Testing
+
+@testable import Resumable
+
+/// A restart (a `200` that drops the bytes on disk) switches to a new temporary file at that answer's first body byte,
+/// not at its head: an answer cut, refused or paused before its first byte leaves the old file and the token naming it
+/// as they were (rule 9, "nothing downloaded is lost without need"; the open finding of rule 17i).
+@Suite("A restart takes the old file's place at the new answer's first byte")
+struct RestartAtFirstByteTests {
+    static let length = 100_000
+    static let cut = 40_000
+    static let forbidden = Array("HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".utf8)
+
+    static func whole(_ content: [UInt8], tag: String, upTo: Int? = nil) -> [UInt8] {
+        RawScriptServer.head(
+            "200 OK", ["Accept-Ranges: bytes", "Content-Length: \(content.count)"], etag: Array(tag.utf8))
+            + content[0..<(upTo ?? content.count)]
+    }
+
+    static func partial(_ content: [UInt8], from: Int, tag: String) -> [UInt8] {
+        RawScriptServer.head(
+            "206 Partial Content",
+            [
+                "Content-Range: bytes \(from)-\(content.count - 1)/\(content.count)",
+                "Content-Length: \(content.count - from)",
+            ],
+            etag: Array(tag.utf8)) + content[from...]
+    }
+
+    static func kinds(_ server: RawScriptServer) -> [String] {
+        server.requests.map { RawScriptServer.header("Range", in: $0) == nil ? "plain" : "range" }
+    }
+
+    /// Checks that `token` names the first ``cut`` bytes of `content` under `"v1"`, in a file that holds them.
+    static func expectOldBytes(_ token: ResumeToken?, _ content: [UInt8], _ context: String) throws {
+        let token = try #require(token, "no token: \(context)")
+        #expect(token.offset == Int64(Self.cut), "offset \(token.offset): \(context)")
+        #expect(token.etag == "\"v1\"", "\(token.etag ?? "no ETag"): \(context)")
+        let kept = [UInt8](try Data(contentsOf: URL(fileURLWithPath: token.tempPath)))
+        #expect(kept == Array(content[0..<Self.cut]), "\(kept.count) bytes kept: \(context)")
+    }
+
+    @Test(
+        "Rule 17i: the plain 200 cut before its first byte, then the plain GET turned away: the old bytes are kept",
+        arguments: TransportKind.all)
+    func plainAnswerCutBeforeFirstByte(transport: TransportKind) async throws {
+        let content = testBytes(count: Self.length, seed: 951)
+        let server = try RawScriptServer { head, index in
+            switch index {
+            case 0: return Self.whole(content, tag: "\"v1\"", upTo: Self.cut)
+            case 2: return Self.whole(content, tag: "\"v1\"", upTo: 0)
+            default: return Self.forbidden
+            }
+        }
+        defer { server.stop() }
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        defer { withExtendedLifetime(directory) {} }  // the token's temporary file is in it
+        let error = try #require(await failure(of: task))
+        #expect(error.httpStatus == 403, "\(error)")
+        #expect(Self.kinds(server) == ["plain", "range", "plain", "plain"], "\(error)")
+        try Self.expectOldBytes(error.resumeToken, content, "\(error)")
+        #expect(directory.contents().count == 1, "one temporary file, no empty one beside it: \(directory.contents())")
+    }
+
+    @Test(
+        "Rule 17i: the plain 200 cut before its first byte, then served whole: the file is the server's",
+        arguments: TransportKind.all)
+    func plainAnswerCutThenServed(transport: TransportKind) async throws {
+        let content = testBytes(count: Self.length, seed: 952)
+        let server = try RawScriptServer { head, index in
+            switch index {
+            case 0: return Self.whole(content, tag: "\"v1\"", upTo: Self.cut)
+            case 1: return Self.forbidden
+            case 2: return Self.whole(content, tag: "\"v1\"", upTo: 0)
+            default: return Self.whole(content, tag: "\"v1\"")
+            }
+        }
+        defer { server.stop() }
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        let result = try await task.result.get()
+        #expect([UInt8](try Data(contentsOf: result.fileURL)) == content)
+        #expect(result.restarted)
+        #expect(Self.kinds(server) == ["plain", "range", "plain", "plain"])
+        #expect(directory.contents() == ["file.bin"], "no temporary file nor token left")
+    }
+
+    @Test(
+        "A resume answered 200 with another version, paused before its first byte: the token still names the old bytes",
+        arguments: TransportKind.all)
+    func pausedBeforeFirstByteOfNewVersion(transport: TransportKind) async throws {
+        let old = testBytes(count: Self.length, seed: 953)
+        let new = testBytes(count: Self.length + 20_000, seed: 954)
+        let release = DispatchSemaphore(value: 0)
+        let server = try RawScriptServer { head, index, send in
+            if index == 0 {
+                _ = send(Self.whole(old, tag: "\"v1\"", upTo: Self.cut))
+                return .completed(0)
+            }
+            // The new version's head, then nothing until the test has paused.
+            guard send(RawScriptServer.head("200 OK", ["Content-Length: \(new.count)"], etag: Array("\"v2\"".utf8)))
+            else { return .clientLeft(0) }
+            release.wait()
+            return send(new) ? .completed(1) : .clientLeft(0)
+        }
+        defer {
+            release.signal()
+            server.stop()
+        }
+        let directory = try TemporaryDirectory()
+        let configuration = DownloadFixture.configuration(retries: 0, transport: transport)
+        let first = try DownloadTask(
+            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
+            configuration: configuration)
+        let cut = try #require(await failure(of: first))
+        try Self.expectOldBytes(cut.resumeToken, old, "after the cut: \(cut)")
+        let resumed = try DownloadTask.resume(from: try #require(cut.resumeToken), configuration: configuration)
+        // The new version's head was judged once a progress event carries its length.
+        var judged = false
+        for await event in resumed.events {
+            if case .progress(let progress) = event, progress.expectedLength == Int64(new.count) {
+                judged = true
+                break
+            }
+        }
+        #expect(judged)
+        let token = await resumed.cancelProducingResumeData()
+        try Self.expectOldBytes(token, old, "after the pause")
+        #expect(directory.contents().count == 1, "one temporary file: \(directory.contents())")
+    }
+
+    @Test(
+        "A resume answered 200 with an empty new version: the empty file is finished, nothing else is left",
+        arguments: TransportKind.all)
+    func emptyNewVersionFinishes(transport: TransportKind) async throws {
+        let old = testBytes(count: Self.length, seed: 955)
+        let server = try RawScriptServer { head, index in
+            if index == 0 { return Self.whole(old, tag: "\"v1\"", upTo: Self.cut) }
+            return Self.whole([], tag: "\"v2\"")
+        }
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        let configuration = DownloadFixture.configuration(retries: 0, transport: transport)
+        let first = try DownloadTask(
+            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
+            configuration: configuration)
+        let cut = try #require(await failure(of: first))
+        let resumed = try DownloadTask.resume(from: try #require(cut.resumeToken), configuration: configuration)
+        let result = try await resumed.result.get()
+        #expect(try Data(contentsOf: result.fileURL).isEmpty)
+        #expect(result.restarted)
+        #expect(result.etag == "\"v2\"")
+        #expect(directory.contents() == ["file.bin"], "no temporary file left: \(directory.contents())")
+    }
+
+    @Test(
+        "A resume answered 200 (same version, ranges ignored) cut before its first byte, then a 206: joined, no restart",
+        arguments: TransportKind.all)
+    func ignoredRangeCutThenJoined(transport: TransportKind) async throws {
+        let content = testBytes(count: Self.length, seed: 956)
+        let server = try RawScriptServer { head, index in
+            switch index {
+            case 0: return Self.whole(content, tag: "\"v1\"", upTo: Self.cut)
+            case 1: return Self.whole(content, tag: "\"v2\"", upTo: 0)
+            default: return Self.partial(content, from: Self.cut, tag: "\"v1\"")
+            }
+        }
+        defer { server.stop() }
+        let (task, directory) = try RangeTurnedAwayTests.download(from: server, transport: transport)
+        let result = try await task.result.get()
+        #expect([UInt8](try Data(contentsOf: result.fileURL)) == content)
+        #expect(!result.restarted, "the old bytes were dropped although no byte of the other answer arrived")
+        #expect(Self.kinds(server) == ["plain", "range", "range"])
+        #expect(directory.contents() == ["file.bin"])
+    }
+}
