@@ -42,23 +42,15 @@ extension DownloadEngine {
         guard let (before, plan) = decided else { return false }
         let basis = worthwhileSegmentBasis()
         if let reason = plan.newFile {
-            guard basis != nil else {
-                // One connection reads this answer: the old file stays until its first byte
-                // (``DownloadEngine/PendingRestart``), and so does the token on disk, which names it.
-                state.withLock { state in
-                    state.progress.transferStart = plan.offset
-                    state.pendingRestart = PendingRestart(reason: reason, before: before, event: plan.event)
-                }
-                emitProgress()
-                return true
+            // The old file stays until this answer's first byte (``DownloadEngine/PendingRestart``), and so does the
+            // token on disk, which names it; so does a multi-connection phase, which would write into the file.
+            state.withLock { state in
+                state.progress.transferStart = plan.offset
+                state.pendingRestart = PendingRestart(
+                    reason: reason, before: before, event: plan.event, segments: basis)
             }
-            // Several connections will write into the file: the switch comes first.
-            do throws(ResumableError) {
-                try switchFile(reason, restoring: before)
-            } catch {
-                state.withLock { $0.headOutcome = .fail(error) }
-                return false
-            }
+            emitProgress()
+            return true
         }
         let (token, file) = state.withLock { state in
             state.progress.transferStart = plan.offset
@@ -128,6 +120,8 @@ extension DownloadEngine {
                 throw error
             }
             events.send(pending.event)
+            // The switch recorded the token naming the new file; this answer is the first segment from here on.
+            if let basis = pending.segments { beginSegments(basis) }
         }
         // One lock per piece on the single-connection path: whether a multi-connection phase owns the body is
         // checked inside it.

@@ -66,6 +66,9 @@ final class DownloadEngine: Sendable {
         var before: ResumeStateMachine
         /// The event that reports the accepted answer, sent once the switch is done.
         var event: DownloadEvent
+        /// The multi-connection phase the answer starts once the switch is done, if one is worthwhile: no other
+        /// connection writes into the file before that.
+        var segments: ResumeStateMachine.SegmentBasis?
     }
 
     let configuration: DownloadTask.Configuration

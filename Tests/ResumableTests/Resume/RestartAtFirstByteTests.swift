@@ -175,4 +175,105 @@ struct RestartAtFirstByteTests {
         #expect(Self.kinds(server) == ["plain", "range", "range"])
         #expect(directory.contents() == ["file.bin"])
     }
+    // MARK: - Answers that start several connections
+
+    /// Answers a range request `bytes=a-b` or `bytes=a-` from `content` under `tag` (If-Range not checked).
+    static func ranged(_ head: [UInt8], _ content: [UInt8], tag: String) -> [UInt8] {
+        guard let range = RawScriptServer.header("Range", in: head) else { return whole(content, tag: tag) }
+        let bounds = String(decoding: range, as: UTF8.self).dropFirst("bytes=".count).split(
+            separator: "-", omittingEmptySubsequences: false)
+        let from = Int(bounds.first ?? "") ?? 0
+        let to = bounds.count > 1 ? Int(bounds[1]) ?? content.count - 1 : content.count - 1
+        guard from <= to, to < content.count else { return forbidden }
+        return RawScriptServer.head(
+            "206 Partial Content",
+            [
+                "Accept-Ranges: bytes", "Content-Range: bytes \(from)-\(to)/\(content.count)",
+                "Content-Length: \(to - from + 1)",
+            ],
+            etag: Array(tag.utf8)) + content[from...to]
+    }
+
+    /// The first GET's answer, cut after ``cut`` bytes: a 200 of `content` under `"v1"` that does not advertise ranges,
+    /// so the first run reads it on one connection.
+    static func firstAnswer(_ content: [UInt8]) -> [UInt8] {
+        RawScriptServer.head("200 OK", ["Content-Length: \(content.count)"], etag: Array("\"v1\"".utf8))
+            + content[0..<Self.cut]
+    }
+
+    @Test(
+        "fixed(4): a resume answered 200 with another version cut before its first byte, then 206s: joined, no restart",
+        arguments: TransportKind.all)
+    func segmentedRestartCutThenJoined(transport: TransportKind) async throws {
+        let content = testBytes(count: 2 << 20, seed: 957)
+        let other = testBytes(count: 2 << 20, seed: 958)
+        let server = try RawScriptServer { head, index in
+            switch index {
+            case 0: return Self.firstAnswer(content)
+            case 1: return Self.whole(other, tag: "\"v2\"", upTo: 0)
+            default: return Self.ranged(head, content, tag: "\"v1\"")
+            }
+        }
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        var configuration = Segmented.configuration(.fixed(4))
+        configuration.transport = transport
+        let task = try DownloadTask(
+            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
+            configuration: configuration)
+        let result = try await task.result.get()
+        #expect([UInt8](try Data(contentsOf: result.fileURL)) == content)
+        #expect(!result.restarted, "the old bytes were dropped although no byte of the other answer arrived")
+        #expect(Self.kinds(server).prefix(3) == ["plain", "range", "range"], "\(Self.kinds(server))")
+        #expect(Self.kinds(server).count > 3, "the rest came on several connections: \(Self.kinds(server))")
+        #expect(directory.contents() == ["file.bin"])
+    }
+
+    @Test(
+        "fixed(4): a resume answered 200 with another version, paused before its first byte: the old bytes are kept",
+        arguments: TransportKind.all)
+    func segmentedRestartPausedBeforeFirstByte(transport: TransportKind) async throws {
+        let old = testBytes(count: 2 << 20, seed: 959)
+        let new = testBytes(count: (2 << 20) + 20_000, seed: 960)
+        let release = DispatchSemaphore(value: 0)
+        let server = try RawScriptServer { head, index, send in
+            if index == 0 {
+                _ = send(Self.firstAnswer(old))
+                return .completed(0)
+            }
+            if index > 1 { return send(Self.ranged(head, new, tag: "\"v2\"")) ? .completed(2) : .clientLeft(0) }
+            guard
+                send(
+                    RawScriptServer.head(
+                        "200 OK", ["Accept-Ranges: bytes", "Content-Length: \(new.count)"], etag: Array("\"v2\"".utf8)))
+            else { return .clientLeft(0) }
+            release.wait()
+            return send(new) ? .completed(1) : .clientLeft(0)
+        }
+        defer {
+            release.signal()
+            server.stop()
+        }
+        let directory = try TemporaryDirectory()
+        var configuration = Segmented.configuration(.fixed(4), retries: 0)
+        configuration.transport = transport
+        let first = try DownloadTask(
+            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
+            configuration: configuration)
+        let cut = try #require(await failure(of: first))
+        try Self.expectOldBytes(cut.resumeToken, old, "after the cut: \(cut)")
+        let resumed = try DownloadTask.resume(from: try #require(cut.resumeToken), configuration: configuration)
+        var judged = false
+        for await event in resumed.events {
+            if case .progress(let progress) = event, progress.expectedLength == Int64(new.count) {
+                judged = true
+                break
+            }
+        }
+        #expect(judged)
+        let token = await resumed.cancelProducingResumeData()
+        try Self.expectOldBytes(token, old, "after the pause")
+        #expect(Self.kinds(server) == ["plain", "range"], "no other connection before the first byte")
+        #expect(directory.contents().count == 1, "one temporary file: \(directory.contents())")
+    }
 }
