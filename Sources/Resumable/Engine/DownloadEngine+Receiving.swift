@@ -106,19 +106,30 @@ extension DownloadEngine {
     /// Writes a piece of an accepted body where the machine, or the schedule of a multi-connection phase, says.
     private func receive(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
         let count = body.count
-        // The first byte of an answer that restarts the download: the new file takes the old one's place now.
-        let pending = state.withLock { state -> PendingRestart? in
-            guard state.stop == nil, !state.ended else { return nil }
-            defer { state.pendingRestart = nil }
-            return state.pendingRestart
+        // The first byte of an answer that restarts the download: the new file takes the old one's place now, once the
+        // machine accepts the piece (one it refuses must not cost the old file). The restart stays pending until the
+        // switch is done, so that a request ending before that goes back to the old file.
+        let pending = try state.withLock { (state) throws(ResumableError) -> PendingRestart? in
+            guard let pending = state.pendingRestart, state.stop == nil, !state.ended else { return nil }
+            if let failure = checkpoints.failure { throw failure }
+            var trial = state.machine
+            guard try trial.receiveBody(upTo: count).count > 0 else { return nil }
+            return pending
         }
         if let pending {
+            let switched: Bool
             do throws(ResumableError) {
-                try switchFile(pending.reason, restoring: pending.before)
+                switched = try switchFile(pending.reason, restoring: pending.before, unlessStopped: true)
             } catch {
-                state.withLock { $0.headOutcome = .fail(error) }
+                state.withLock { state in
+                    state.pendingRestart = nil
+                    state.headOutcome = .fail(error)
+                }
                 throw error
             }
+            // A stop came during the switch, which went back to the old file: the loop restores the machine.
+            guard switched else { throw ResumableError(.cancelled, "the download was cancelled") }
+            state.withLock { $0.pendingRestart = nil }
             events.send(pending.event)
             // The switch recorded the token naming the new file; this answer is the first segment from here on.
             if let basis = pending.segments { beginSegments(basis) }

@@ -264,7 +264,7 @@ final class DownloadEngine: Sendable {
             }
             do throws(ResumableError) {
                 if let reason = plan.newFile {
-                    try await Self.offThePool {
+                    _ = try await Self.offThePool {
                         Result { () throws(ResumableError) in try self.switchFile(reason, restoring: before) }
                     }.get()
                 } else {
@@ -370,7 +370,15 @@ final class DownloadEngine: Sendable {
     /// keeps the token on disk true at every instant: create the new file, record a token naming it (offset
     /// 0), and only then remove the old file. When recording fails, the machine goes back to `before` (which
     /// describes the old file, still intact) and the error stops the download.
-    func switchFile(_ reason: RestartReason, restoring before: ResumeStateMachine) throws(ResumableError) {
+    ///
+    /// With `unlessStopped`, a stop (a pause, the deadline) that came while the token was recorded undoes the switch
+    /// before the old file goes: the old file is flushed, the token of `before` recorded again, the new file removed,
+    /// and `false` returned; the machine is left for the caller to restore. (When that flush or that record fails, the
+    /// switch goes on: the token on disk names the new file.)
+    @discardableResult
+    func switchFile(
+        _ reason: RestartReason, restoring before: ResumeStateMachine, unlessStopped: Bool = false
+    ) throws(ResumableError) -> Bool {
         let old = state.withLock { $0.file }
         let new: PartialFile
         do {
@@ -392,6 +400,14 @@ final class DownloadEngine: Sendable {
             state.withLock { $0.machine = before }
             throw error
         }
+        // The old file's bytes are flushed before its token goes back, as for any token.
+        if unlessStopped, state.withLock({ $0.stop != nil }), (try? old.synchronize()) != nil,
+            (try? checkpoints.record(before.state.token())) != nil
+        {
+            new.remove()
+            new.release()
+            return false
+        }
         state.withLock { state in
             // The new file is hashed from its first byte.
             state.hasher?.cancel()
@@ -405,6 +421,7 @@ final class DownloadEngine: Sendable {
         old.remove()
         old.release()
         events.send(.restarted(reason: reason.description))
+        return true
     }
 
     // MARK: - Finishing
