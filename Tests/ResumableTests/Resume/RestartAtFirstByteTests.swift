@@ -109,25 +109,35 @@ struct RestartAtFirstByteTests {
             release.signal()
             server.stop()
         }
+        try await Self.pauseAtNewHead(
+            server, configuration: DownloadFixture.configuration(retries: 0, transport: transport), old: old,
+            newLength: new.count)
+    }
+
+    /// Downloads from `server` until its first answer (of `old`) is cut, resumes the token with `configuration`,
+    /// pauses once the resume's answer (a `200` of `newLength` bytes, held after its head) was judged, and checks that
+    /// the token still names the old bytes, alone in the directory.
+    static func pauseAtNewHead(
+        _ server: RawScriptServer, configuration: DownloadTask.Configuration, old: [UInt8], newLength: Int
+    ) async throws {
         let directory = try TemporaryDirectory()
-        let configuration = DownloadFixture.configuration(retries: 0, transport: transport)
         let first = try DownloadTask(
             url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
             configuration: configuration)
         let cut = try #require(await failure(of: first))
-        try Self.expectOldBytes(cut.resumeToken, old, "after the cut: \(cut)")
+        try expectOldBytes(cut.resumeToken, old, "after the cut: \(cut)")
         let resumed = try DownloadTask.resume(from: try #require(cut.resumeToken), configuration: configuration)
         // The new version's head was judged once a progress event carries its length.
         var judged = false
         for await event in resumed.events {
-            if case .progress(let progress) = event, progress.expectedLength == Int64(new.count) {
+            if case .progress(let progress) = event, progress.expectedLength == Int64(newLength) {
                 judged = true
                 break
             }
         }
         #expect(judged)
         let token = await resumed.cancelProducingResumeData()
-        try Self.expectOldBytes(token, old, "after the pause")
+        try expectOldBytes(token, old, "after the pause")
         #expect(directory.contents().count == 1, "one temporary file: \(directory.contents())")
     }
 
@@ -254,26 +264,9 @@ struct RestartAtFirstByteTests {
             release.signal()
             server.stop()
         }
-        let directory = try TemporaryDirectory()
         var configuration = Segmented.configuration(.fixed(4), retries: 0)
         configuration.transport = transport
-        let first = try DownloadTask(
-            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
-            configuration: configuration)
-        let cut = try #require(await failure(of: first))
-        try Self.expectOldBytes(cut.resumeToken, old, "after the cut: \(cut)")
-        let resumed = try DownloadTask.resume(from: try #require(cut.resumeToken), configuration: configuration)
-        var judged = false
-        for await event in resumed.events {
-            if case .progress(let progress) = event, progress.expectedLength == Int64(new.count) {
-                judged = true
-                break
-            }
-        }
-        #expect(judged)
-        let token = await resumed.cancelProducingResumeData()
-        try Self.expectOldBytes(token, old, "after the pause")
+        try await Self.pauseAtNewHead(server, configuration: configuration, old: old, newLength: new.count)
         #expect(Self.kinds(server) == ["plain", "range"], "no other connection before the first byte")
-        #expect(directory.contents().count == 1, "one temporary file: \(directory.contents())")
     }
 }
