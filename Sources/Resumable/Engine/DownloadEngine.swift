@@ -320,7 +320,19 @@ final class DownloadEngine: Sendable {
                 // Finished and concluded on one thread: one hop off the pool, not two.
                 return await Self.offThePool {
                     if let unswitched {
-                        // The new answer was a whole file without a byte: the empty file takes the old one's place.
+                        // The new answer was a whole file without a byte. An expected digest it cannot have keeps the
+                        // old bytes: nothing of the new version would be left to check.
+                        let expected = self.state.withLock { $0.machine.state.expectedSHA256 }
+                        if let expected, expected != Self.emptySHA256 {
+                            self.state.withLock { $0.machine = unswitched.before }
+                            return self.conclude(
+                                .failure(
+                                    ResumableError(
+                                        .checksumMismatch,
+                                        "the server's file is now empty, whose SHA-256 is \(Self.emptySHA256), expected "
+                                            + "\(expected); the bytes on disk were kept")))
+                        }
+                        // Otherwise the empty file takes the old one's place.
                         do throws(ResumableError) {
                             try self.switchFile(unswitched.reason, restoring: unswitched.before)
                         } catch {
@@ -350,6 +362,9 @@ final class DownloadEngine: Sendable {
             }
         }
     }
+
+    /// The SHA-256 of no bytes.
+    static let emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
     private func stoppedError() -> ResumableError? {
         state.withLock { state in

@@ -166,6 +166,30 @@ struct RestartAtFirstByteTests {
     }
 
     @Test(
+        "A resume answered 200 with an empty new version its expected SHA-256 rules out: fails, the old bytes kept",
+        arguments: TransportKind.all)
+    func emptyNewVersionWithOtherDigestKeepsOldBytes(transport: TransportKind) async throws {
+        let old = testBytes(count: Self.length, seed: 961)
+        let server = try RawScriptServer { head, index in
+            if index == 0 { return Self.whole(old, tag: "\"v1\"", upTo: Self.cut) }
+            return Self.whole([], tag: "\"v2\"")
+        }
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        var configuration = DownloadFixture.configuration(retries: 0, transport: transport)
+        configuration.expectedSHA256 = try SHA256Hasher.hex(of: old)
+        let first = try DownloadTask(
+            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
+            configuration: configuration)
+        let cut = try #require(await failure(of: first))
+        let resumed = try DownloadTask.resume(from: try #require(cut.resumeToken), configuration: configuration)
+        let error = try #require(await failure(of: resumed))
+        #expect(error.code == .checksumMismatch, "\(error)")
+        try Self.expectOldBytes(error.resumeToken, old, "\(error)")
+        #expect(directory.contents().count == 1, "the old temporary file alone: \(directory.contents())")
+    }
+
+    @Test(
         "A resume answered 200 (same version, ranges ignored) cut before its first byte, then a 206: joined, no restart",
         arguments: TransportKind.all)
     func ignoredRangeCutThenJoined(transport: TransportKind) async throws {
