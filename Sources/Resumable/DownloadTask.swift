@@ -283,6 +283,11 @@ public final class DownloadTask: Sendable {
         task.cancel()
     }
 
+    /// Whether a stop (a pause, the deadline, a cancel) was asked for; for tests that must act only once it was.
+    var isStopRequested: Bool {
+        engine.isStopRequested
+    }
+
     /// Stops the transfer and deletes the temporary file; ``value`` throws ``ResumableError/Code/cancelled`` with
     /// no token, and a ``Configuration/checkpointing`` file is removed.
     public func cancel() {

@@ -106,6 +106,9 @@ extension DownloadEngine {
     /// Writes a piece of an accepted body where the machine, or the schedule of a multi-connection phase, says.
     private func receive(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
         let count = body.count
+        // Nothing to write, nothing to record: an empty piece never leads to a token (one taken while a restart is
+        // pending would name the old file under the new answer's state).
+        guard count > 0 else { return }
         // The first byte of an answer that restarts the download: the new file takes the old one's place now, once the
         // machine accepts the piece (one it refuses must not cost the old file). The restart stays pending until the
         // switch is done, so that a request ending before that goes back to the old file.
@@ -130,16 +133,29 @@ extension DownloadEngine {
             // A stop came during the switch, which went back to the old file: the loop restores the machine.
             guard switched else { throw ResumableError(.cancelled, "the download was cancelled") }
             state.withLock { $0.pendingRestart = nil }
-            events.send(pending.event)
             // The switch recorded the token naming the new file; this answer is the first segment from here on.
             if let basis = pending.segments { beginSegments(basis) }
+            // The old bytes are gone now: this piece is written even when a stop came since (from the restarted
+            // event's handler, say), so that the task ends with a token for it rather than with nothing.
+            try receivePiece(body, connection: connection, evenIfStopped: true)
+            events.send(pending.event)
+            return
         }
+        try receivePiece(body, connection: connection, evenIfStopped: false)
+    }
+
+    /// Writes a piece of an accepted body where the machine, or the schedule of a multi-connection phase, says;
+    /// `evenIfStopped`: also when a stop was asked for (the first piece after a restart's switch).
+    private func receivePiece(
+        _ body: UnsafeRawBufferPointer, connection: Int, evenIfStopped: Bool
+    ) throws(ResumableError) {
+        let count = body.count
         // One lock per piece on the single-connection path: whether a multi-connection phase owns the body is
         // checked inside it.
         let single = try state.withLock {
             (state) throws(ResumableError) -> (emit: Bool, checkpoint: ResumeToken?, complete: Bool)? in
             if state.segments != nil { return nil }
-            guard state.stop == nil, !state.ended else {
+            guard state.stop == nil || evenIfStopped, !state.ended else {
                 throw ResumableError(.cancelled, "the download was cancelled")
             }
             // A token that could not be written stops the download: it never continues unrecorded.
@@ -167,7 +183,7 @@ extension DownloadEngine {
             return (emit, checkpoint, state.machine.bodyIsComplete)
         }
         guard let (emit, checkpoint, complete) = single else {
-            return try receiveSegment(body, connection: connection)
+            return try receiveSegment(body, connection: connection, evenIfStopped: evenIfStopped)
         }
         if emit { emitProgress() }
         if let checkpoint { checkpoints.schedule(checkpoint, file: state.withLock { $0.file }) }
@@ -187,7 +203,9 @@ extension DownloadEngine {
     /// (``SegmentSchedule/wrote(connection:count:now:)``), and the file is never released or switched while a
     /// transfer runs (the transfer loop waits for every connection first). Bytes of a range another connection took
     /// over meanwhile are the same representation's (same strong validator), so writing them twice changes nothing.
-    private func receiveSegment(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
+    private func receiveSegment(
+        _ body: UnsafeRawBufferPointer, connection: Int, evenIfStopped: Bool = false
+    ) throws(ResumableError) {
         // A piece cut at the connection's end is written on when the end moved meanwhile (the schedule let it read
         // on after another connection was turned away): the answer is contiguous, so the rest belongs at the new
         // position. The transfer ends only once the schedule says the range is complete.
@@ -196,7 +214,7 @@ extension DownloadEngine {
             let piece = UnsafeRawBufferPointer(rebasing: body[offset...])
             let (placement, file) = try state.withLock {
                 (state) throws(ResumableError) -> ((position: Int64, count: Int)?, PartialFile) in
-                guard state.stop == nil, !state.ended else {
+                guard state.stop == nil || evenIfStopped, !state.ended else {
                     throw ResumableError(.cancelled, "the download was cancelled")
                 }
                 if let failure = checkpoints.failure { throw failure }

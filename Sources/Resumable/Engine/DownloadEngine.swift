@@ -54,6 +54,9 @@ final class DownloadEngine: Sendable {
         var signals: AsyncStream<ConnectionSignal>.Continuation?
         /// A restart the accepted answer asked for, waiting for that answer's first byte (``PendingRestart``).
         var pendingRestart: PendingRestart?
+        /// The new, empty file of a switch that a stop undid although the old file's token could not be recorded again:
+        /// the token on disk may name it. It is removed once a token naming the task's file is recorded.
+        var abandonedFile: PartialFile?
     }
 
     /// A restart decided at an answer's head (``ResumeStateMachine/BodyPlan/newFile``) and performed at its first
@@ -122,6 +125,11 @@ final class DownloadEngine: Sendable {
         }
     }
 
+    /// Whether ``requestStop(_:)`` was called.
+    var isStopRequested: Bool {
+        state.withLock { $0.stop != nil }
+    }
+
     /// The token the task ended with: `nil` while it runs, after it finished, or when nothing can be resumed.
     func makeToken() -> ResumeToken? {
         state.withLock { $0.finalToken }
@@ -183,7 +191,10 @@ final class DownloadEngine: Sendable {
             if !discard, let candidate, (try? file.synchronize()) != nil {
                 token = candidate
                 // Bring the token on disk up to date; the one there already describes a prefix if this fails.
-                try? checkpoints.record(candidate)
+                if (try? checkpoints.record(candidate)) != nil {
+                    // No token names an undone switch's file any more.
+                    state.withLock { $0.abandonedFile }?.remove()
+                }
             }
             if token == nil && (discard || candidate == nil) {
                 // Nothing is left to resume: a token saved before must not outlive the file it names. It goes first,
@@ -201,7 +212,15 @@ final class DownloadEngine: Sendable {
             result = .failure(error)
         }
         // No checkpoint may flush or report after the task ended, nor after the file is released.
-        state.withLock { $0.ended = true }
+        let abandoned = state.withLock { state in
+            state.ended = true
+            defer { state.abandonedFile = nil }
+            return state.abandonedFile
+        }
+        // Finished (its last token names the finished file) or cancelled (nothing stays): no token names it any more.
+        if case .success = result { abandoned?.remove() }
+        if state.withLock({ $0.stop == .discard }) { abandoned?.remove() }
+        abandoned?.release()
         checkpoints.end()
         writebackQueue.sync {}
         // Every token since the resume names the copy: the file it was copied from goes.
@@ -388,8 +407,9 @@ final class DownloadEngine: Sendable {
     ///
     /// With `unlessStopped`, a stop (a pause, the deadline) that came while the token was recorded undoes the switch
     /// before the old file goes: the old file is flushed, the token of `before` recorded again, the new file removed,
-    /// and `false` returned; the machine is left for the caller to restore. (When that flush or that record fails, the
-    /// switch goes on: the token on disk names the new file.)
+    /// and `false` returned; the machine is left for the caller to restore. When that flush or that record fails, the
+    /// old file stays the task's all the same, and the new one is kept as ``State/abandonedFile`` until the task's
+    /// last token is recorded.
     @discardableResult
     func switchFile(
         _ reason: RestartReason, restoring before: ResumeStateMachine, unlessStopped: Bool = false
@@ -415,12 +435,15 @@ final class DownloadEngine: Sendable {
             state.withLock { $0.machine = before }
             throw error
         }
-        // The old file's bytes are flushed before its token goes back, as for any token.
-        if unlessStopped, state.withLock({ $0.stop != nil }), (try? old.synchronize()) != nil,
-            (try? checkpoints.record(before.state.token())) != nil
-        {
-            new.remove()
-            new.release()
+        if unlessStopped, state.withLock({ $0.stop != nil }) {
+            // The old file's bytes are flushed before its token goes back, as for any token.
+            if (try? old.synchronize()) != nil, (try? checkpoints.record(before.state.token())) != nil {
+                new.remove()
+                new.release()
+            } else {
+                // The token on disk may name the new file: it stays until a token naming the old one is recorded.
+                state.withLock { $0.abandonedFile = new }
+            }
             return false
         }
         state.withLock { state in
