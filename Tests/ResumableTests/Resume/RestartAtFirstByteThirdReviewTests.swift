@@ -83,7 +83,7 @@ struct RestartAtFirstByteThirdReviewTests {
     /// old token fails once, so the new file is kept as the abandoned file, while the token file names it. The cancel
     /// then removes the old file (the token file does not name it) and the abandoned one, but never the token file,
     /// which is left naming a file that is gone: `cancel()` promises that "a `checkpointing` file is removed", and
-    /// nothing of the download may be left behind (rule 3). On f213b6a the same cancel left nothing (the switch went
+    /// nothing of the download may be left behind (rule 3). On f213b6a, by reading (not run), the same cancel left nothing (the switch went
     /// on, and the token file named the task's file).
     ///
     /// Fix: in `conclude`, when the task is discarded, pass the abandoned file through
