@@ -131,14 +131,17 @@ extension DownloadEngine {
                 throw error
             }
             // A stop came during the switch, which went back to the old file: the loop restores the machine.
-            guard switched else { throw ResumableError(.cancelled, "the download was cancelled") }
+            guard switched else {
+                throw checkpoints.failure ?? ResumableError(.cancelled, "the download was cancelled")
+            }
             state.withLock { $0.pendingRestart = nil }
             // The switch recorded the token naming the new file; this answer is the first segment from here on.
             if let basis = pending.segments { beginSegments(basis) }
             // The old bytes are gone now: this piece is written even when a stop came since (from the restarted
             // event's handler, say), so that the task ends with a token for it rather than with nothing.
-            try receivePiece(body, connection: connection, evenIfStopped: true)
+            // The event first: a piece that completes the first segment ends its transfer by throwing.
             events.send(pending.event)
+            try receivePiece(body, connection: connection, evenIfStopped: true)
             return
         }
         try receivePiece(body, connection: connection, evenIfStopped: false)

@@ -219,7 +219,11 @@ final class DownloadEngine: Sendable {
         }
         // Finished (its last token names the finished file) or cancelled (nothing stays): no token names it any more.
         if case .success = result { abandoned?.remove() }
-        if state.withLock({ $0.stop == .discard }) { abandoned?.remove() }
+        if let abandoned, state.withLock({ $0.stop == .discard }),
+            configuration.checkpointing?.abandoned?(abandoned.path) ?? true
+        {
+            abandoned.remove()
+        }
         abandoned?.release()
         checkpoints.end()
         writebackQueue.sync {}
@@ -405,7 +409,8 @@ final class DownloadEngine: Sendable {
     /// 0), and only then remove the old file. When recording fails, the machine goes back to `before` (which
     /// describes the old file, still intact) and the error stops the download.
     ///
-    /// With `unlessStopped`, a stop (a pause, the deadline) that came while the token was recorded undoes the switch
+    /// With `unlessStopped`, a stop (a pause, the deadline) or a failed checkpoint that came while the token was
+    /// recorded undoes the switch
     /// before the old file goes: the old file is flushed, the token of `before` recorded again, the new file removed,
     /// and `false` returned; the machine is left for the caller to restore. When that flush or that record fails, the
     /// old file stays the task's all the same, and the new one is kept as ``State/abandonedFile`` until the task's
@@ -435,7 +440,8 @@ final class DownloadEngine: Sendable {
             state.withLock { $0.machine = before }
             throw error
         }
-        if unlessStopped, state.withLock({ $0.stop != nil }) {
+        // A checkpoint that failed meanwhile stops the download as a stop does: the old bytes stay too.
+        if unlessStopped, state.withLock({ $0.stop != nil }) || checkpoints.failure != nil {
             // The old file's bytes are flushed before its token goes back, as for any token.
             if (try? old.synchronize()) != nil, (try? checkpoints.record(before.state.token())) != nil {
                 new.remove()
