@@ -105,46 +105,40 @@ extension DownloadEngine {
 
     /// Writes a piece of an accepted body where the machine, or the schedule of a multi-connection phase, says.
     private func receive(_ body: UnsafeRawBufferPointer, connection: Int) throws(ResumableError) {
-        let count = body.count
         // Nothing to write, nothing to record: an empty piece never leads to a token (one taken while a restart is
         // pending would name the old file under the new answer's state).
-        guard count > 0 else { return }
-        // The first byte of an answer that restarts the download: the new file takes the old one's place now, once the
-        // machine accepts the piece (one it refuses must not cost the old file). The restart stays pending until the
-        // switch is done, so that a request ending before that goes back to the old file.
-        let pending = try state.withLock { (state) throws(ResumableError) -> PendingRestart? in
-            guard let pending = state.pendingRestart, state.stop == nil, !state.ended else { return nil }
-            if let failure = checkpoints.failure { throw failure }
-            var trial = state.machine
-            guard try trial.receiveBody(upTo: count).count > 0 else { return nil }
-            return pending
-        }
-        if let pending {
-            let switched: Bool
-            do throws(ResumableError) {
-                switched = try switchFile(pending.reason, restoring: pending.before, unlessStopped: true)
-            } catch {
-                state.withLock { state in
-                    state.pendingRestart = nil
-                    state.headOutcome = .fail(error)
-                }
-                throw error
-            }
-            // A stop came during the switch, which went back to the old file: the loop restores the machine.
-            guard switched else {
-                throw checkpoints.failure ?? ResumableError(.cancelled, "the download was cancelled")
-            }
-            state.withLock { $0.pendingRestart = nil }
-            // The switch recorded the token naming the new file; this answer is the first segment from here on.
-            if let basis = pending.segments { beginSegments(basis) }
-            // The old bytes are gone now: this piece is written even when a stop came since (from the restarted
-            // event's handler, say), so that the task ends with a token for it rather than with nothing.
-            // The event first: a piece that completes the first segment ends its transfer by throwing.
-            events.send(pending.event)
-            try receivePiece(body, connection: connection, evenIfStopped: true)
-            return
-        }
+        guard !body.isEmpty else { return }
         try receivePiece(body, connection: connection, evenIfStopped: false)
+    }
+
+    /// The first piece of an answer that restarts the download, which the machine accepts: the new file takes the old
+    /// one's place now, and the piece is written into it. The restart stays pending until the switch is done, so that
+    /// a request ending before that goes back to the old file.
+    private func switchAndReceive(
+        _ pending: PendingRestart, _ body: UnsafeRawBufferPointer, connection: Int
+    ) throws(ResumableError) {
+        let switched: Bool
+        do throws(ResumableError) {
+            switched = try switchFile(pending.reason, restoring: pending.before, unlessStopped: true)
+        } catch {
+            state.withLock { state in
+                state.pendingRestart = nil
+                state.headOutcome = .fail(error)
+            }
+            throw error
+        }
+        // A stop came during the switch, which went back to the old file: the loop restores the machine.
+        guard switched else {
+            throw checkpoints.failure ?? ResumableError(.cancelled, "the download was cancelled")
+        }
+        state.withLock { $0.pendingRestart = nil }
+        // The switch recorded the token naming the new file; this answer is the first segment from here on.
+        if let basis = pending.segments { beginSegments(basis) }
+        // The event first: a piece that completes the first segment ends its transfer by throwing.
+        events.send(pending.event)
+        // The old bytes are gone now: this piece is written even when a stop came since (from the restarted event's
+        // handler, say), so that the task ends with a token for it rather than with nothing.
+        try receivePiece(body, connection: connection, evenIfStopped: true)
     }
 
     /// Writes a piece of an accepted body where the machine, or the schedule of a multi-connection phase, says;
@@ -153,8 +147,9 @@ extension DownloadEngine {
         _ body: UnsafeRawBufferPointer, connection: Int, evenIfStopped: Bool
     ) throws(ResumableError) {
         let count = body.count
-        // One lock per piece on the single-connection path: whether a multi-connection phase owns the body is
-        // checked inside it.
+        // One lock per piece on the single-connection path: whether a multi-connection phase owns the body, or a
+        // restart waits for this piece, is checked inside it.
+        var restart: PendingRestart?
         let single = try state.withLock {
             (state) throws(ResumableError) -> (emit: Bool, checkpoint: ResumeToken?, complete: Bool)? in
             if state.segments != nil { return nil }
@@ -163,6 +158,14 @@ extension DownloadEngine {
             }
             // A token that could not be written stops the download: it never continues unrecorded.
             if let failure = checkpoints.failure { throw failure }
+            // A restart switches files only for a piece the machine accepts: one it refuses must not cost the old file.
+            if let pending = state.pendingRestart {
+                var trial = state.machine
+                if try trial.receiveBody(upTo: count).count > 0 {
+                    restart = pending
+                    return nil
+                }
+            }
             let (position, accepted) = try state.machine.receiveBody(upTo: count)
             do throws(ResumableError) {
                 try state.file.write(UnsafeRawBufferPointer(rebasing: body[0..<accepted]), at: position)
@@ -185,6 +188,7 @@ extension DownloadEngine {
             let checkpoint = checkpoints.claimPeriodic() ? state.machine.state.token() : nil
             return (emit, checkpoint, state.machine.bodyIsComplete)
         }
+        if let restart { return try switchAndReceive(restart, body, connection: connection) }
         guard let (emit, checkpoint, complete) = single else {
             return try receiveSegment(body, connection: connection, evenIfStopped: evenIfStopped)
         }

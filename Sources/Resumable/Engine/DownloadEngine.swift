@@ -169,6 +169,8 @@ final class DownloadEngine: Sendable {
         var result = result
         // Whether the file a resume copied its bytes from stays: only when no token names the copy.
         var keepsRelocatedFrom = false
+        // Whether the task's last token was recorded: the finished file's (in `finish()`), or the one handed out below.
+        var recorded = false
         let (file, hasher) = state.withLock { state in
             state.concluded = true
             return (state.file, state.hasher)
@@ -177,6 +179,7 @@ final class DownloadEngine: Sendable {
         hasher?.cancel()
         switch result {
         case .success(let downloaded):
+            recorded = true
             events.send(.finished(downloaded))
         case .failure(var error):
             let (discard, candidate) = state.withLock { state in
@@ -191,10 +194,7 @@ final class DownloadEngine: Sendable {
             if !discard, let candidate, (try? file.synchronize()) != nil {
                 token = candidate
                 // Bring the token on disk up to date; the one there already describes a prefix if this fails.
-                if (try? checkpoints.record(candidate)) != nil {
-                    // No token names an undone switch's file any more.
-                    state.withLock { $0.abandonedFile }?.remove()
-                }
+                recorded = (try? checkpoints.record(candidate)) != nil
             }
             if token == nil && (discard || candidate == nil) {
                 // Nothing is left to resume: a token saved before must not outlive the file it names. It goes first,
@@ -217,14 +217,15 @@ final class DownloadEngine: Sendable {
             defer { state.abandonedFile = nil }
             return state.abandonedFile
         }
-        // Finished (its last token names the finished file) or cancelled (nothing stays): no token names it any more.
-        if case .success = result { abandoned?.remove() }
-        if let abandoned, state.withLock({ $0.stop == .discard }),
-            configuration.checkpointing?.abandoned?(abandoned.path) ?? true
-        {
-            abandoned.remove()
+        if let abandoned {
+            // No token names an undone switch's file any more once the task's last token was recorded (finished, or
+            // one naming the old file) or once nothing stays (cancelled, through the handler as for the task's file).
+            let discarded = state.withLock { $0.stop == .discard }
+            if recorded || (discarded && configuration.checkpointing?.abandoned?(abandoned.path) ?? true) {
+                abandoned.remove()
+            }
+            abandoned.release()
         }
-        abandoned?.release()
         checkpoints.end()
         writebackQueue.sync {}
         // Every token since the resume names the copy: the file it was copied from goes.
@@ -410,11 +411,10 @@ final class DownloadEngine: Sendable {
     /// describes the old file, still intact) and the error stops the download.
     ///
     /// With `unlessStopped`, a stop (a pause, the deadline) or a failed checkpoint that came while the token was
-    /// recorded undoes the switch
-    /// before the old file goes: the old file is flushed, the token of `before` recorded again, the new file removed,
-    /// and `false` returned; the machine is left for the caller to restore. When that flush or that record fails, the
-    /// old file stays the task's all the same, and the new one is kept as ``State/abandonedFile`` until the task's
-    /// last token is recorded.
+    /// recorded undoes the switch before the old file goes: the old file is flushed, the token of `before` recorded
+    /// again, the new file removed, and `false` returned; the machine is left for the caller to restore. When that
+    /// flush or that record fails, the old file stays the task's all the same, and the new one is kept as
+    /// ``State/abandonedFile`` until the task's last token is recorded.
     @discardableResult
     func switchFile(
         _ reason: RestartReason, restoring before: ResumeStateMachine, unlessStopped: Bool = false
