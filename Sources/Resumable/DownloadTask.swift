@@ -43,8 +43,8 @@ public final class DownloadTask: Sendable {
         destination: Destination = .currentDirectory,
         configuration: Configuration = .default
     ) throws(ResumableError) {
-        guard HTTPURL.isSupported(url) else {
-            throw ResumableError(.invalidRequest, "not an http or https URL: \(url.absoluteString)")
+        if let problem = HTTPURL.problem(with: url) {
+            throw ResumableError(.invalidRequest, "\(problem): \(HTTPURL.excerpt(url.absoluteString))")
         }
         var configuration = configuration
         configuration.transport = try configuration.transport.resolved()
@@ -109,8 +109,8 @@ public final class DownloadTask: Sendable {
         replacingURL: URL? = nil,
         configuration: Configuration = .default
     ) throws(ResumableError) -> DownloadTask {
-        if let replacingURL, !HTTPURL.isSupported(replacingURL) {
-            throw ResumableError(.invalidRequest, "not an http or https URL: \(replacingURL.absoluteString)")
+        if let replacingURL, let problem = HTTPURL.problem(with: replacingURL) {
+            throw ResumableError(.invalidRequest, "\(problem): \(HTTPURL.excerpt(replacingURL.absoluteString))")
         }
         var configuration = configuration
         configuration.transport = try configuration.transport.resolved()

@@ -408,8 +408,9 @@ public actor DownloadQueue {
             addition.url, addition.destination, Self.storable(addition.priority), addition.expectedSHA256,
             addition.paused
         )
-        guard HTTPURL.isSupported(url) else {
-            throw ResumableError(.invalidRequest, "not an http or https URL: \(HTTPURL.removingUserInfo(url))")
+        if let problem = HTTPURL.problem(with: url) {
+            throw ResumableError(
+                .invalidRequest, "\(problem): \(HTTPURL.excerpt(HTTPURL.removingUserInfo(url).description))")
         }
         if let store, store.holds(destination) {
             throw ResumableError(

@@ -16,9 +16,10 @@ struct RedirectState: Hashable, Sendable {
         guard let location, let target = URL(string: location, relativeTo: url)?.absoluteURL else {
             return .failure(ResumableError(.redirect, "a \(status) redirect without a usable Location header"))
         }
-        guard HTTPURL.isSupported(target) else {
+        if let problem = HTTPURL.problem(with: target) {
             return .failure(
-                ResumableError(.redirect, "refusing a redirect to \(target.absoluteString): http(s) only"))
+                ResumableError(
+                    .redirect, "refusing a redirect to \(HTTPURL.excerpt(target.absoluteString)): \(problem)"))
         }
         visited.append(url)
         guard visited.count <= maximum else {

@@ -241,9 +241,13 @@ extension ResumeToken: Codable {
             throw ResumableError.invalidToken(
                 field: key.rawValue, "holds a user name or password ('user:password@'), which a token never stores")
         }
-        guard let url = URL(string: string), HTTPURL.isSupported(url) else {
+        guard let url = URL(string: string) else {
             throw ResumableError.invalidToken(
-                field: key.rawValue, "is not an http or https URL: \(string.debugDescription)")
+                field: key.rawValue, "is not an http or https URL: \(HTTPURL.excerpt(string).debugDescription)")
+        }
+        if let problem = HTTPURL.problem(with: url) {
+            throw ResumableError.invalidToken(
+                field: key.rawValue, "is \(problem): \(HTTPURL.excerpt(string).debugDescription)")
         }
         return url
     }

@@ -206,8 +206,11 @@ enum InputList {
                     throw InputListError(line: line, .spaceInURL(text))
                 }
             }
-            guard let url = URL(string: text), HTTPURL.isSupported(url) else {
-                throw InputListError(line: line, .invalidURL(text))
+            guard let url = URL(string: text) else { throw InputListError(line: line, .invalidURL(text)) }
+            switch HTTPURL.problem(with: url) {
+            case .tooLong(let bytes): throw InputListError(line: line, .urlTooLong(bytes))
+            case .notHTTP: throw InputListError(line: line, .invalidURL(text))
+            case nil: break
             }
             // A batch's downloads live in a state directory, which never keeps a credential: refused here, with the
             // line, before anything is written, rather than by the queue halfway through adding the list.
@@ -317,6 +320,8 @@ struct InputListError: Error, Sendable, Equatable {
         case spaceInURL(String)
         /// A URL line that is not an absolute http or https URL with a host.
         case invalidURL(String)
+        /// A URL longer than the library takes (``HTTPURL/maximumLength``), with its length in bytes.
+        case urlTooLong(Int)
         /// A URL with a user name or password (shown without them), which a state directory cannot keep.
         case credentialsInURL(String)
         /// A control or bidirectional formatting character in a URL or option line.
@@ -376,6 +381,8 @@ struct InputListError: Error, Sendable, Equatable {
             let hint =
                 text.contains("=") && !text.contains("://") ? " (an option line must start with a space or a tab)" : ""
             return "not an http or https URL: \(Self.quoted(text))\(hint)"
+        case .urlTooLong(let length):
+            return HTTPURL.Problem.tooLong(bytes: length).description
         case .credentialsInURL(let text):
             return "a URL with a user name or password cannot be kept in the state directory: send credentials "
                 + "with --header or --sensitive-header instead (\(Self.quoted(text)), shown without them)"

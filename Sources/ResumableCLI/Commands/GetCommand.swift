@@ -150,10 +150,14 @@ struct GetCommand: CLICommand {
 
     /// An absolute http or https URL with a host, or a usage error naming `option`.
     static func httpURL(_ text: String, option: String) throws(UsageError) -> URL {
-        guard let url = URL(string: text), HTTPURL.isSupported(url) else {
-            throw UsageError("\(option) must be an http or https URL, not '\(text)'")
+        guard let url = URL(string: text) else {
+            throw UsageError("\(option) must be an http or https URL, not '\(HTTPURL.excerpt(text))'")
         }
-        return url
+        switch HTTPURL.problem(with: url) {
+        case .notHTTP: throw UsageError("\(option) must be an http or https URL, not '\(HTTPURL.excerpt(text))'")
+        case .tooLong(let bytes): throw UsageError("\(option): \(HTTPURL.Problem.tooLong(bytes: bytes))")
+        case nil: return url
+        }
     }
 
     /// `-o`: an existing directory or a path ending in `/` is a directory; anything else is the exact file.
