@@ -61,4 +61,82 @@ struct BatchStoreReviewTests {
             server.requests(for: "/long.bin").last?.header("Range") == "bytes=100000-",
             "the 100,000 bytes on disk were not resumed")
     }
+
+    /// Rule broken: a summary that lies (wrong exit status reported).
+    ///
+    /// `BatchRunner.runStore` turns a run that skipped unreadable records into exit 65 (`if exit == .success,
+    /// unusable > 0 { return .dataError }`), but only after `report` printed the summary with the status it computed
+    /// without them: `--json` prints `{"status":"completed", "left":0, "exitCode":0}` on standard output while the
+    /// process exits 65 and the store still holds the record it skipped. A script that reads the object (what
+    /// `--json` is for) believes the batch is complete.
+    @Test("resume --state --json beside a damaged record: the summary object's exitCode and status match the exit")
+    func jsonSummaryMatchesExitWithSkippedRecord() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let scratch = try ScratchDirectory()
+        let content = Resource.generatedBytes(seed: 99, range: 0..<50_000)
+        server.register(.bytes(content), at: "/ok.bin")
+        let state = scratch.url.appendingPathComponent("state")
+        let out = try scratch.subdirectory("out")
+        try BatchAttackTests.makeStore(
+            state,
+            records: [
+                BatchAttackTests.record(
+                    url: server.url(for: "/ok.bin").absoluteString, destination: out.path + "/", order: 0)
+            ])
+        let damaged = state.appendingPathComponent("tasks/11111111-1111-1111-1111-111111111111.json")
+        try Data(#"{"version": 1, "id": "#.utf8).write(to: damaged)
+
+        let resumed = try await CLIProcess.run(["resume", "--state", "state", "--json"], in: scratch.url)
+        #expect(resumed.exitCode == 65, "\(resumed)")
+        #expect(FileManager.default.fileExists(atPath: damaged.path))
+        let line = try #require(resumed.stdoutLines.last)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(
+            (object["exitCode"] as? NSNumber)?.int32Value == resumed.exitCode,
+            "the summary says exit \(object["exitCode"] ?? "none"), the process exited \(resumed.exitCode.map(String.init) ?? "by a signal")"
+        )
+        #expect(object["status"] as? String != "completed", "the summary calls the batch complete: \(line)")
+    }
+
+    /// Rule broken: a summary that lies, and a store the docs say is refused is used (docs/task-store.md: an `adding`
+    /// beside a record whose download may hold bytes "contradicts that: both commands refuse the store (exit 65) and
+    /// drop nothing").
+    ///
+    /// After an interrupted list addition, `BatchRunner.runList` restores the store to drop its records
+    /// (`_ = await queue.restore()`) and discards the problems restore returns. A record it cannot read (here one of a
+    /// newer version, whose token names 40,000 bytes in `partial/`) is neither checked for bytes nor reported: `get -i`
+    /// downloads the list and says `completed`, exit 0, while the store keeps that record (and its `claims`), and the
+    /// next `get -i` of the same store refuses with "holds unfinished downloads". `resume --state` on the same store
+    /// would have said exit 65.
+    @Test("get -i after an interrupted addition beside an unreadable record: not exit 0 'completed', the bytes kept")
+    func interruptedAdditionWithUnreadableRecord() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let scratch = try ScratchDirectory()
+        let content = Resource.generatedBytes(seed: 100, range: 0..<50_000)
+        server.register(.bytes(content), at: "/new.bin")
+        let state = scratch.url.appendingPathComponent("state")
+        let out = try scratch.subdirectory("out")
+        let id = "22222222-2222-4222-8222-222222222222"
+        let partial = state.appendingPathComponent("partial/.resumable-33333333-3333-4333-8333-333333333333.partial")
+        var record = BatchAttackTests.record(
+            url: server.url(for: "/other.bin").absoluteString, destination: out.path + "/", order: 0, state: "paused")
+        record["id"] = id
+        record["version"] = 2
+        record["token"] = ["version": 2, "tempPath": partial.path, "offset": 40_000]
+        try BatchAttackTests.makeStore(state, records: [record])
+        try Data(count: 40_000).write(to: partial)
+        try Data().write(to: state.appendingPathComponent("adding"))
+        try Data((server.url(for: "/new.bin").absoluteString + "\n").utf8).write(to: scratch.file("list.txt"))
+
+        let result = try await CLIProcess.run(
+            ["get", "-i", "list.txt", "-o", "out/", "--state", "state", "--json"], in: scratch.url)
+        let recordLeft = FileManager.default.fileExists(atPath: state.appendingPathComponent("tasks/\(id).json").path)
+        #expect(recordLeft, "the unreadable record was dropped")
+        #expect(FileManager.default.fileExists(atPath: partial.path), "the unreadable record's bytes were removed")
+        #expect(
+            !(result.exitCode == 0 && recordLeft),
+            "exit 0 and \(result.stdoutLines.last ?? "no summary") while the store keeps a record it could not read")
+    }
 }
