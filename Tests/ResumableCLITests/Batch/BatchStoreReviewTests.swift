@@ -22,7 +22,8 @@ struct BatchStoreReviewTests {
     /// first checkpoint or its pause writes a record of 1.2 MB that no later run can read: `resume --state` skips it
     /// ("not a regular file of at most 1 MiB") and exits 65, the bytes in `partial/` are never resumed, and the next
     /// `get -i` of the same store refuses to start because the store holds that record. The batch said "1 left to
-    /// resume".
+    /// resume". (Refusing such a URL before any request, like `add` refuses a destination a record cannot hold, also
+    /// passes this test.)
     @Test("A list URL with a 400 KB fragment: the paused download's record reads back and resume --state finishes it")
     func longURLRecordReadsBack() async throws {
         let server = try LoopbackServer()
@@ -36,7 +37,15 @@ struct BatchStoreReviewTests {
         try Data((url + "\n").utf8).write(to: scratch.file("list.txt"))
         let process = try await CLIProcess.start(
             ["get", "-i", "list.txt", "-o", "out/", "--state", "state", "-q"], in: scratch.url)
-        #expect(await gate.waitUntilHeld(count: 1, timeout: CLIProcess.deadline), "\(gate)")
+        // A fix may refuse such a URL when the list is added, as `add` refuses a destination a record cannot hold:
+        // then nothing may have been fetched.
+        #expect(try await eventually { gate.heldCount > 0 || !process.isRunning })
+        if gate.heldCount == 0 {
+            let refused = try await process.finish()
+            #expect(refused.exitCode == 65 || refused.exitCode == 64, "\(refused.stderr.prefix(400))")
+            #expect(server.requests(for: "/long.bin").isEmpty, "a download the store cannot keep was started")
+            return
+        }
         let partial = scratch.url.appendingPathComponent("state/partial")
         let written = try await eventually {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: partial.path)) ?? []
