@@ -37,8 +37,17 @@ struct BatchRunner {
             await queue.suspend()
             if interrupted {
                 // Records of a list whose addition a crash cut short; none of them ever started. One that holds a
-                // byte contradicts that: nothing is dropped then.
-                _ = await queue.restore()
+                // byte contradicts that, and so may one that cannot be read: nothing is dropped then.
+                let problems = await queue.restore()
+                if !problems.isEmpty {
+                    for problem in problems {
+                        Console.err("error: \(problem.file.path): \(problem.error.message)")
+                    }
+                    Console.err(
+                        "error: the state directory \(store.directory.path) is marked as holding an unfinished list "
+                            + "addition, but some of its records cannot be read: nothing was dropped or downloaded")
+                    return .stop(.dataError)
+                }
                 let items = await queue.items
                 let started = items.contains { item in
                     guard case .waiting = item.state else { return true }
@@ -49,7 +58,7 @@ struct BatchRunner {
                         "error: the state directory \(store.directory.path) is marked as holding an unfinished list "
                             + "addition, but some of its downloads have started; continue them with "
                             + "'resumable resume --state' after removing \(store.directory.path)/adding")
-                    return .dataError
+                    return .stop(.dataError)
                 }
                 for item in items { await queue.cancel(item.id) }
             } else {
@@ -57,7 +66,7 @@ struct BatchRunner {
                     try store.beginAddition()
                 } catch {
                     Console.err("error: \(error.message)")
-                    return ExitCode.forError(error)
+                    return .stop(ExitCode.forError(error))
                 }
             }
             var start = 0
@@ -78,7 +87,7 @@ struct BatchRunner {
                 }
                 if let failure {
                     Console.err("error: line \(group[group.startIndex + added.count].line): \(failure.message)")
-                    return ExitCode.forError(failure)
+                    return .stop(ExitCode.forError(failure))
                 }
             }
             do throws(ResumableError) {
@@ -86,10 +95,10 @@ struct BatchRunner {
             } catch {
                 // Nothing starts: the store still says the list is being added, and the same command starts over.
                 Console.err("error: \(error.message)")
-                return ExitCode.forError(error)
+                return .stop(ExitCode.forError(error))
             }
             await queue.unsuspend()
-            return nil
+            return .run(skipped: 0)
         }
     }
 
@@ -114,28 +123,32 @@ struct BatchRunner {
             )
             return .dataError
         }
-        let unusable = Mutex(0)
-        let exit = await run(total: store.pendingRecordCount()) { queue, display in
+        return await run(total: store.pendingRecordCount()) { queue, display in
             let problems = await queue.restore()
             // A download saved to a file of its own (`out=`) is shown under that file's name.
             for item in await queue.items where !item.destination.tokenValue.hasSuffix("/") {
                 await display.name(item.id, as: (item.destination.tokenValue as NSString).lastPathComponent)
             }
-            unusable.withLock { $0 = problems.count }
             for problem in problems {
                 Console.err("warning: skipping \(problem.file.path): \(problem.error.message)")
             }
             await queue.resumeAll()
-            return nil
+            return .run(skipped: problems.count)
         }
-        // Records that could not be used are left in the store: the batch is not complete.
-        if exit == .success, unusable.withLock({ $0 }) > 0 { return .dataError }
-        return exit
     }
 
-    /// Subscribes to the queue's events, lets `prepare` fill it (an exit status ends the batch at once: every
-    /// download added so far is paused into the store), then waits for the queue to be idle or for a signal.
-    private func run(total: Int, prepare: (DownloadQueue, BatchDisplay) async -> ExitCode?) async -> ExitCode {
+    /// What a batch's preparation decided.
+    private enum Preparation {
+        /// End the batch at once with this status.
+        case stop(ExitCode)
+        /// Run the queue; `skipped` records of the store could not be used and stay in it, so the batch is not
+        /// complete whatever happens to the others (exit 65, reported in the summary).
+        case run(skipped: Int)
+    }
+
+    /// Subscribes to the queue's events, lets `prepare` fill it (``Preparation/stop(_:)`` ends the batch at once:
+    /// every download added so far is paused into the store), then waits for the queue to be idle or for a signal.
+    private func run(total: Int, prepare: (DownloadQueue, BatchDisplay) async -> Preparation) async -> ExitCode {
         var download = options.configuration(checkpointing: .init(interval: .seconds(1)) { _ in })
         // A --sha256 applies to every file of the list through `add`; per-file checksums come from the list.
         download.expectedSHA256 = nil
@@ -161,7 +174,11 @@ struct BatchRunner {
             }
         }
         defer { ticker.cancel() }
-        if let early = await prepare(queue, display) {
+        let skipped: Int
+        switch await prepare(queue, display) {
+        case .run(let count):
+            skipped = count
+        case .stop(let early):
             await queue.suspend()
             _ = await queue.waitUntilIdle()
             await queue.finishEvents()
@@ -202,14 +219,17 @@ struct BatchRunner {
         await queue.finishEvents()
         await reporter.value
         await display.finish()
-        let exit = report(summary, left: batchIsOver ? others : items, signal: signal)
+        let exit = report(summary, left: batchIsOver ? others : items, skipped: skipped, signal: signal)
         if batchIsOver {
             for id in failedForGood { await queue.cancel(id) }
         }
         return exit
     }
 
-    private func report(_ summary: DownloadQueue.Summary, left: [DownloadQueue.Item], signal: Int32?) -> ExitCode {
+    /// Prints the summary and returns the exit status; `skipped` records of the store could not be used.
+    private func report(
+        _ summary: DownloadQueue.Summary, left: [DownloadQueue.Item], skipped: Int, signal: Int32?
+    ) -> ExitCode {
         let failed = left.compactMap { item -> (DownloadQueue.Item, ResumableError)? in
             if case .failed(let error) = item.state { return (item, error) }
             return nil
@@ -217,6 +237,9 @@ struct BatchRunner {
         let exit: ExitCode
         if let signal {
             exit = ExitCode.forSignal(signal)
+        } else if skipped > 0 {
+            // Records the store holds and nothing could continue: a bad store, whatever the others did.
+            exit = .dataError
         } else if summary.failed == 0 && left.isEmpty {
             exit = .success
         } else if failed.count == left.count && failed.allSatisfy({ ExitCode.forError($0.1) == .temporaryFailure })
@@ -229,6 +252,7 @@ struct BatchRunner {
         }
         let text =
             "\(summary.finished) finished, \(summary.failed) failed, \(left.count) left to resume"
+            + (skipped == 0 ? "" : ", \(skipped) record\(skipped == 1 ? "" : "s") unreadable")
             + (left.isEmpty ? "" : " (resumable resume --state \(store.directory.path))")
         if options.outputMode.isJSON {
             let object: JSONValue = .object([
@@ -236,6 +260,7 @@ struct BatchRunner {
                 ("finished", .int(Int64(summary.finished))),
                 ("failed", .int(Int64(summary.failed))),
                 ("left", .int(Int64(left.count))),
+                ("skipped", .int(Int64(skipped))),
                 ("state", .string(store.directory.path)),
                 ("exitCode", .int(Int64(exit.rawValue))),
             ])

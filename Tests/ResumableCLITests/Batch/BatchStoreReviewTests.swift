@@ -15,17 +15,34 @@ import Testing
 struct BatchStoreReviewTests {
     /// Rule broken: nothing downloaded is lost without need (and a batch's state must read back).
     ///
-    /// `DownloadQueue.insert` checks that a record can hold the destination (`TaskRecord.canHold`), but not the URL,
-    /// and `TaskStore.write` writes a record of any size, while `TaskStore.readRecordFile` refuses one over 1 MiB. A
-    /// record with a token holds the URL three times (`url`, `token.url`, `token.originalURL`). A list line whose URL
-    /// carries a 400 KB fragment (never sent to the server: the request line stays short) is downloaded, and its
-    /// first checkpoint or its pause writes a record of 1.2 MB that no later run can read: `resume --state` skips it
-    /// ("not a regular file of at most 1 MiB") and exits 65, the bytes in `partial/` are never resumed, and the next
-    /// `get -i` of the same store refuses to start because the store holds that record. The batch said "1 left to
-    /// resume". (Refusing such a URL before any request, like `add` refuses a destination a record cannot hold, also
-    /// passes this test.)
-    @Test("A list URL with a 400 KB fragment: the paused download's record reads back and resume --state finishes it")
-    func longURLRecordReadsBack() async throws {
+    /// **Failed on 1d99e01.** A list URL with a 400 KB fragment (never sent: the request line stays short) was
+    /// downloaded, and its first checkpoint or its pause wrote a record of 1.2 MB (a record holds the URL three times,
+    /// and JSON writes each `/` as `\/`), which `TaskStore` never reads back (at most 1 MiB): `resume --state` skipped
+    /// it and exited 65, and the bytes in `partial/` were never resumed. Now a URL over ``HTTPURL/maximumLength`` is
+    /// refused with its line before anything is added or fetched.
+    @Test("A list URL with a 400 KB fragment is refused with its line, before anything is added or fetched")
+    func longURLRefused() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let scratch = try ScratchDirectory()
+        server.register(.bytes(Resource.generatedBytes(seed: 98, range: 0..<1000)), at: "/long.bin")
+        let url = server.url(for: "/long.bin").absoluteString + "#" + String(repeating: "a", count: 400_000)
+        try Data((server.url(for: "/long.bin").absoluteString + "\n" + url + "\n").utf8).write(
+            to: scratch.file("list.txt"))
+        let refused = try await CLIProcess.run(
+            ["get", "-i", "list.txt", "-o", "out/", "--state", "state", "-q"], in: scratch.url)
+        #expect(refused.exitCode == 65, "\(refused.stderr.prefix(400))")
+        #expect(refused.stderr.contains("line 2"), "\(refused.stderr.prefix(400))")
+        #expect(refused.stderr.contains("bytes is longer than the 65536 taken"), "\(refused.stderr.prefix(400))")
+        #expect(refused.stderr.utf8.count < 2000, "the message repeats the URL: \(refused.stderr.utf8.count) bytes")
+        #expect(server.requests(for: "/long.bin").isEmpty, "a download of a refused list was started")
+        #expect(!FileManager.default.fileExists(atPath: scratch.file("state/tasks").path))
+    }
+
+    /// The longest URL taken (64 KiB, its fragment all slashes: the longest JSON a URL of that length becomes) gives
+    /// records that read back: paused at 100,000 bytes, `resume --state` asks for the rest and finishes the file.
+    @Test("A list URL of exactly 64 KiB: the paused download's record reads back and resume --state finishes it")
+    func longestURLRecordReadsBack() async throws {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let scratch = try ScratchDirectory()
@@ -33,19 +50,12 @@ struct BatchStoreReviewTests {
         server.register(.bytes(content), at: "/long.bin")
         let gate = BodyGate(holdingAfter: 100_000)
         server.enqueue(behavior: Behavior(gate: gate), for: "/long.bin")
-        let url = server.url(for: "/long.bin").absoluteString + "#" + String(repeating: "a", count: 400_000)
+        let base = server.url(for: "/long.bin").absoluteString + "#"
+        let url = base + String(repeating: "/", count: 65_536 - base.utf8.count)
         try Data((url + "\n").utf8).write(to: scratch.file("list.txt"))
         let process = try await CLIProcess.start(
             ["get", "-i", "list.txt", "-o", "out/", "--state", "state", "-q"], in: scratch.url)
-        // A fix may refuse such a URL when the list is added, as `add` refuses a destination a record cannot hold:
-        // then nothing may have been fetched.
-        #expect(try await eventually { gate.heldCount > 0 || !process.isRunning })
-        if gate.heldCount == 0 {
-            let refused = try await process.finish()
-            #expect(refused.exitCode == 65 || refused.exitCode == 64, "\(refused.stderr.prefix(400))")
-            #expect(server.requests(for: "/long.bin").isEmpty, "a download the store cannot keep was started")
-            return
-        }
+        #expect(await gate.waitUntilHeld(count: 1, timeout: CLIProcess.deadline), "\(gate)")
         let partial = scratch.url.appendingPathComponent("state/partial")
         let written = try await eventually {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: partial.path)) ?? []
@@ -105,7 +115,10 @@ struct BatchStoreReviewTests {
             (object["exitCode"] as? NSNumber)?.int32Value == resumed.exitCode,
             "the summary says exit \(object["exitCode"] ?? "none"), the process exited \(resumed.exitCode.map(String.init) ?? "by a signal")"
         )
-        #expect(object["status"] as? String != "completed", "the summary calls the batch complete: \(line)")
+        #expect(object["status"] as? String == "failed", "the summary calls the batch complete: \(line)")
+        #expect((object["skipped"] as? NSNumber)?.intValue == 1, "\(line)")
+        #expect((object["finished"] as? NSNumber)?.intValue == 1, "\(line)")
+        #expect(try Data(contentsOf: out.appendingPathComponent("ok.bin")) == Data(content))
     }
 
     /// Rule broken: a summary that lies, and a store the docs say is refused is used (docs/task-store.md: an `adding`
@@ -145,7 +158,10 @@ struct BatchStoreReviewTests {
         #expect(recordLeft, "the unreadable record was dropped")
         #expect(FileManager.default.fileExists(atPath: partial.path), "the unreadable record's bytes were removed")
         #expect(
-            !(result.exitCode == 0 && recordLeft),
-            "exit 0 and \(result.stdoutLines.last ?? "no summary") while the store keeps a record it could not read")
+            result.exitCode == 65,
+            "exit \(result.exitCode.map(String.init) ?? "by a signal"), \(result.stdoutLines.last ?? "no summary")")
+        #expect(result.stderr.contains("\(id).json"), "\(result.stderr.prefix(600))")
+        #expect(server.requests(for: "/new.bin").isEmpty, "the list was downloaded beside a store refused")
+        #expect(FileManager.default.fileExists(atPath: state.appendingPathComponent("adding").path))
     }
 }
