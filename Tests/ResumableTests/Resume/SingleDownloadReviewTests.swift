@@ -1,0 +1,131 @@
+import Foundation
+import LoopbackServer
+import Testing
+
+@testable import Resumable
+
+/// Review of the single download by helper 99 (on 1d99e01): answers whose end nothing frames, and validators a server
+/// sends malformed.
+///
+/// Tests named **FAILS on 1d99e01** prove a break.
+@Suite("Review of the single download: answers without a length, malformed validators")
+struct SingleDownloadReviewTests {
+    static let length = 100_000
+    static let cut = 40_000
+
+    /// A `200` under `tag` without `Content-Length` (its end is the connection's close, RFC 9112 §6.3 rule 8), whose
+    /// body stops after `upTo` bytes; the server then closes the connection cleanly.
+    static func closeDelimited(_ content: [UInt8], tag: String, upTo: Int) -> [UInt8] {
+        RawScriptServer.head("200 OK", [], etag: Array(tag.utf8)) + content[0..<upTo]
+    }
+
+    /// **FAILS on 1d99e01.** Rule 1 (a short body is never called complete). The first answer is a `200` with
+    /// `Content-Length: 100000` under the strong ETag `"v1"`, cut after 40,000 bytes: the token says 100,000 bytes
+    /// under `"v1"`. The resume is answered `200` under the same strong `"v1"` (ranges ignored) but without a
+    /// `Content-Length`, and the server (restarted, or a CDN edge that streams) closes after 60,000 bytes. A strong
+    /// entity tag changes whenever the representation's bytes do (RFC 9110 §8.8.3), so this is the same file of
+    /// 100,000 bytes, which the task knows; yet `receiveWhole` sets `expectedLength` to the new answer's length (none),
+    /// and `responseEnded` calls the 60,000 bytes complete: the finished file is 40,000 bytes short.
+    ///
+    /// Likely cause: `ResumeStateMachine.receiveWhole` (`state.expectedLength = length`), which forgets a length the
+    /// same strong validator vouches for. Fix: when a `200` carries the stored strong validator (the same ETag, or the
+    /// same strong Last-Modified) and no length of its own, keep `state.expectedLength`, so a close before it is an
+    /// `incompleteBody` to retry.
+    @Test(
+        "FAILS on 1d99e01: a resume answered 200 under the same strong ETag without a length, cut short: never complete",
+        arguments: TransportKind.all)
+    func sameTagWithoutLengthCutShort(transport: TransportKind) async throws {
+        let content = testBytes(count: Self.length, seed: 9901)
+        let server = try RawScriptServer { head, index in
+            switch index {
+            case 0:
+                return RestartAtFirstByteTests.whole(content, tag: "\"v1\"", upTo: Self.cut)
+            default:
+                return Self.closeDelimited(content, tag: "\"v1\"", upTo: 60_000)
+            }
+        }
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        let token = try await RestartAtFirstByteReviewTests.firstCut(server, into: directory, transport: transport)
+        #expect(token.expectedLength == Int64(Self.length))
+        #expect(token.etag == "\"v1\"")
+        let resumed = try DownloadTask.resume(
+            from: token, configuration: DownloadFixture.configuration(retries: 0, transport: transport))
+        switch await resumed.result {
+        case .success(let result):
+            let bytes = [UInt8](try Data(contentsOf: result.fileURL))
+            let exact = bytes == content
+            #expect(
+                exact,
+                "finished \(bytes.count) of \(content.count) bytes; requests: \(RestartAtFirstByteTests.kinds(server))")
+        case .failure(let error):
+            // Not finished: the bytes must still be described by a token.
+            #expect(error.resumeToken != nil, "\(error)")
+        }
+    }
+
+    // MARK: - An entity tag that is no entity tag, beside a strong Last-Modified
+
+    static let lastModified = "Tue, 01 Dec 2026 10:00:00 GMT"
+    static let date = "Thu, 03 Dec 2026 06:00:00 GMT"
+
+    /// The head lines of every answer of the server below: an `ETag` without its quotes (as some servers send it: not
+    /// an entity tag, RFC 9110 §8.8.3), and a Last-Modified two days before the `Date`, so strong (§8.8.2.2).
+    static let unquotedTagLines = [
+        "ETag: abc123", "Last-Modified: \(lastModified)", "Date: \(date)", "Accept-Ranges: bytes",
+    ]
+
+    /// **FAILS on 1d99e01.** Rule 2 (nothing downloaded is lost without need). The server sends `ETag: abc123` (no
+    /// quotes: not an entity tag, so the token keeps none) and a strong `Last-Modified`. The first `200` is cut after
+    /// 40,000 bytes; the resume rightly sends `If-Range` with the date, and the server, which checked it, answers `206`
+    /// from byte 40,000 with the very same fields. `Validators.agree(with:)` compares the answer's raw `ETag`
+    /// (`abc123`) with the stored one (none, because `Validators(of:)` dropped it) and finds them different, so the
+    /// `206` is taken for another version: the 40,000 bytes are thrown away and the file is fetched again from byte 0.
+    /// Every cut of such a download starts it over (on a flaky link it never finishes: 10 restarts, then a failure),
+    /// though the server proved with `If-Range` each time that nothing changed.
+    ///
+    /// Likely cause: `Sources/Resumable/Resume/Validators.swift:80` (`agree`) and `:69` (`conflict`) read the head's
+    /// raw `ETag` while the stored validators were filtered by `init(of:)` (`:40`, an invalid tag becomes `nil`). Fix:
+    /// compare the stored validators with `Validators(of: head)`, the same filter on both sides (an invalid `ETag` is no
+    /// validator on either).
+    @Test(
+        "FAILS on 1d99e01: an unquoted ETag beside a strong Last-Modified: the resume's 206 is joined, not restarted",
+        arguments: TransportKind.all)
+    func unquotedTagWithStrongDateJoins(transport: TransportKind) async throws {
+        let content = testBytes(count: Self.length, seed: 9902)
+        let server = try RawScriptServer { head, index in
+            let lines = Self.unquotedTagLines
+            if index == 0 {
+                return RawScriptServer.head("200 OK", lines + ["Content-Length: \(content.count)"])
+                    + content[0..<Self.cut]
+            }
+            let range = RawScriptServer.header("Range", in: head).map { String(decoding: $0, as: UTF8.self) }
+            let ifRange = RawScriptServer.header("If-Range", in: head).map { String(decoding: $0, as: UTF8.self) }
+            guard let range, range.hasPrefix("bytes="), range.hasSuffix("-"), ifRange == Self.lastModified,
+                let from = Int(range.dropFirst(6).dropLast()), from < content.count
+            else {
+                return RawScriptServer.head("200 OK", lines + ["Content-Length: \(content.count)"]) + content
+            }
+            return RawScriptServer.head(
+                "206 Partial Content",
+                lines + [
+                    "Content-Range: bytes \(from)-\(content.count - 1)/\(content.count)",
+                    "Content-Length: \(content.count - from)",
+                ]) + content[from...]
+        }
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        let token = try await RestartAtFirstByteReviewTests.firstCut(server, into: directory, transport: transport)
+        #expect(token.offset == Int64(Self.cut))
+        #expect(token.etag == nil)
+        #expect(token.lastModified == Self.lastModified)
+        let resumed = try DownloadTask.resume(
+            from: token, configuration: DownloadFixture.configuration(retries: 0, transport: transport))
+        let result = try await resumed.value
+        let exact = [UInt8](try Data(contentsOf: result.fileURL)) == content
+        #expect(exact)
+        #expect(!result.restarted, "the 40,000 bytes on disk were thrown away; requests: \(server.requests.count)")
+        #expect(result.resumedAtOffset == Int64(Self.cut))
+        #expect(result.bytesTransferred == Int64(Self.length - Self.cut))
+    }
+}
