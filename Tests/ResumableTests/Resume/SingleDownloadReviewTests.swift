@@ -128,4 +128,56 @@ struct SingleDownloadReviewTests {
         #expect(result.resumedAtOffset == Int64(Self.cut))
         #expect(result.bytesTransferred == Int64(Self.length - Self.cut))
     }
+
+    // MARK: - A trailer section that never ends
+
+    /// **FAILS on 1d99e01 with URLSession.** A hang (the idle timeout ends "a stall without data", docs/cli.md
+    /// `--timeout`). The server sends a chunked `200` of 1,000 bytes and its last chunk, then a trailer field every
+    /// 100 ms and never the blank line that ends the response: not one byte of data ever comes again. With libcurl the
+    /// transfer ends within seconds (curl's own low-speed check counts body bytes only). With URLSession it goes on for
+    /// as long as the server keeps it up (here 15 s, with an idle timeout of 1 s; run by hand with the CLI,
+    /// `--timeout 2`, over 100 s until killed): FoundationNetworking re-arms its idle timer on every header line,
+    /// trailers included, and the transport has no watch of its own on body progress.
+    ///
+    /// Likely cause: `Sources/Resumable/Transport/URLSessionTransport.swift:130` hands the idle timeout to
+    /// `URLRequest.timeoutInterval` only. Fix: a watchdog in the URLSession transport (as `CurlTransport.drive` has,
+    /// `CurlTransport.swift:210`) re-armed by the head and by body bytes only, that cancels the task with `timedOut`;
+    /// and in `CurlTransport.receiveHeader` (`:377`), stop counting trailer lines as activity once the head was
+    /// delivered.
+    @Test(
+        "FAILS on 1d99e01 with URLSession: trailer fields trickled after the last chunk end in the idle timeout",
+        arguments: TransportKind.all)
+    func trailersTrickledForever(transport: TransportKind) async throws {
+        let content = testBytes(count: 1_000, seed: 9903)
+        let server = try RawScriptServer { _, _, send in
+            let head = RawScriptServer.head(
+                "200 OK", ["Transfer-Encoding: chunked", "Trailer: X-Wait"], etag: Array("\"t\"".utf8))
+            guard send(head + Array("3e8\r\n".utf8) + content + Array("\r\n0\r\n".utf8)) else { return .clientLeft(0) }
+            // The server's own pace, bounded so the test ends: at most 15 s of trailer fields, then the connection
+            // closes without the blank line.
+            let until = ContinuousClock.now.advanced(by: .seconds(15))
+            var lines = 0
+            while ContinuousClock.now < until {
+                guard send(Array("X-Wait: \(lines)\r\n".utf8)) else { return .clientLeft(lines) }
+                lines += 1
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            return .completed(lines)
+        }
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        var configuration = DownloadFixture.configuration(retries: 0, transport: transport)
+        configuration.idleTimeout = .seconds(1)
+        let task = try DownloadTask(
+            url: URL(string: "http://127.0.0.1:\(server.port)/file.bin")!, destination: .directory(directory.url),
+            configuration: configuration)
+        let result = await task.result
+        let outcomes = server.outcomes
+        #expect(
+            outcomes.allSatisfy { if case .clientLeft = $0 { true } else { false } },
+            "the download outlived the server's 15 s of trailer fields (idle timeout 1 s): \(outcomes); \(result)")
+        if case .failure(let error) = result {
+            #expect(error.isTransient, "\(error)")
+        }
+    }
 }
