@@ -27,10 +27,10 @@ struct SingleDownloadReviewTests {
     /// 100,000 bytes, which the task knows; yet `receiveWhole` sets `expectedLength` to the new answer's length (none),
     /// and `responseEnded` calls the 60,000 bytes complete: the finished file is 40,000 bytes short.
     ///
-    /// Likely cause: `ResumeStateMachine.receiveWhole` (`state.expectedLength = length`), which forgets a length the
-    /// same strong validator vouches for. Fix: when a `200` carries the stored strong validator (the same ETag, or the
-    /// same strong Last-Modified) and no length of its own, keep `state.expectedLength`, so a close before it is an
-    /// `incompleteBody` to retry.
+    /// Likely cause: `ResumeStateMachine.receiveWhole` (`Sources/Resumable/Resume/ResumeStateMachine.swift:383`,
+    /// `state.expectedLength = length`), which forgets a length the same strong validator vouches for. Fix: when a
+    /// `200` carries the stored strong validator (the same ETag, or the same strong Last-Modified) and no length of its
+    /// own, keep `state.expectedLength`, so a close before it is an `incompleteBody` to retry.
     @Test(
         "FAILS on 1d99e01: a resume answered 200 under the same strong ETag without a length, cut short: never complete",
         arguments: TransportKind.all)
@@ -84,8 +84,8 @@ struct SingleDownloadReviewTests {
     /// Every cut of such a download starts it over (on a flaky link it never finishes: 10 restarts, then a failure),
     /// though the server proved with `If-Range` each time that nothing changed.
     ///
-    /// Likely cause: `Sources/Resumable/Resume/Validators.swift:80` (`agree`) and `:69` (`conflict`) read the head's
-    /// raw `ETag` while the stored validators were filtered by `init(of:)` (`:40`, an invalid tag becomes `nil`). Fix:
+    /// Likely cause: `Sources/Resumable/Resume/Validators.swift:77` (`agree`) and `:66` (`conflict`) read the head's
+    /// raw `ETag` while the stored validators were filtered by `init(of:)` (`:39`, an invalid tag becomes `nil`). Fix:
     /// compare the stored validators with `Validators(of: head)`, the same filter on both sides (an invalid `ETag` is no
     /// validator on either).
     @Test(
@@ -139,7 +139,7 @@ struct SingleDownloadReviewTests {
     /// `--timeout 2`, over 100 s until killed): FoundationNetworking re-arms its idle timer on every header line,
     /// trailers included, and the transport has no watch of its own on body progress.
     ///
-    /// Likely cause: `Sources/Resumable/Transport/URLSessionTransport.swift:130` hands the idle timeout to
+    /// Likely cause: `Sources/Resumable/Transport/URLSessionTransport.swift:130-131` hands the idle timeout to
     /// `URLRequest.timeoutInterval` only. Fix: a watchdog in the URLSession transport (as `CurlTransport.drive` has,
     /// `CurlTransport.swift:210`) re-armed by the head and by body bytes only, that cancels the task with `timedOut`;
     /// and in `CurlTransport.receiveHeader` (`:377`), stop counting trailer lines as activity once the head was
