@@ -288,7 +288,9 @@ extension DownloadTask {
         public var existingFile: ExistingFilePolicy
         /// How transient failures are retried.
         public var retry: RetryPolicy
-        /// How long a transfer may stall before it fails with ``ResumableError/Code/timedOut``.
+        /// How long a transfer may stall before it fails with ``ResumableError/Code/timedOut``: a time without
+        /// data. The trailer fields of a chunked body are not data: a server that sends them and never a byte more
+        /// has stalled.
         public var idleTimeout: Duration
         /// How long establishing a connection (name resolution, TCP and TLS handshakes, a proxy tunnel) may take
         /// before the attempt fails with ``ResumableError/Code/timedOut``, which is retried. URLSession reports no

@@ -360,6 +360,12 @@ struct ResumeStateMachine: Sendable {
             exchange = nil
             return .skipBody(.requestAgain)
         }
+        if length == nil, let known = state.expectedLength, state.validators.vouchForSameBytes(as: head) {
+            // No length of its own (its end is the connection's close), under the strong validator the length known
+            // was learned with: the same representation byte for byte (RFC 9110 §8.8.1), so of that length. A close
+            // before it is a cut to resume, never the end of the file.
+            length = known
+        }
         var newFile: RestartReason?
         if state.bytesOnDisk > 0 {
             // The limit is checked before anything changes: a refused restart leaves the state describing the bytes

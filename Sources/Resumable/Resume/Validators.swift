@@ -73,13 +73,27 @@ struct Validators: Hashable, Sendable {
         return false
     }
 
-    /// Whether a response's validators, where it sends any, are these (RFC 9110 §15.3.7.3).
+    /// Whether a response's validators, where it sends any, are these (RFC 9110 §15.3.7.3). Read as ``init(of:)``
+    /// reads them: an `ETag` that is no entity tag (`ETag: abc123`, without quotes) is no validator, here as when
+    /// these were stored; otherwise every answer of such a server, though it checked `If-Range` against the date, would
+    /// seem to name another version, and each resume would start over.
     func agree(with head: ResponseHead) -> Bool {
-        if let etag = head.value("ETag"), !Self.identical(etag, self.etag) { return false }
-        if let lastModified = head.value("Last-Modified"), !Self.identical(lastModified, self.lastModified) {
+        let sent = Validators(of: head)
+        if let etag = sent.etag, !Self.identical(etag, self.etag) { return false }
+        if let lastModified = sent.lastModified, !Self.identical(lastModified, self.lastModified) {
             return false
         }
         return true
+    }
+
+    /// Whether `head` carries the strong validator these have, so that it is the same representation byte for byte
+    /// (RFC 9110 §8.8.1), of the same length: the same strong entity tag, or, where neither side has an entity tag, the
+    /// same strong Last-Modified date.
+    func vouchForSameBytes(as head: ResponseHead) -> Bool {
+        let sent = Validators(of: head)
+        if let tag = strongETag { return Self.identical(sent.etag, tag) }
+        guard etag == nil, sent.etag == nil, let date = strongLastModified else { return false }
+        return Self.identical(sent.lastModified, date)
     }
 
     /// Whether two validator values are the same bytes. Never `String ==`, which holds canonically equivalent text

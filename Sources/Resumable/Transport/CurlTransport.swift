@@ -374,9 +374,10 @@ private final class CurlTransfer: @unchecked Sendable {
 
     fileprivate func receiveHeader(_ line: UnsafeRawBufferPointer) -> Bool {
         guard !worker.finished, !isCancelled else { return false }
-        worker.lastActivity = .now
-        // Trailers of a chunked body come here too, after the head was delivered: ignore them.
+        // Trailers of a chunked body come here too, after the head was delivered: ignore them, and they are no data
+        // (a server that sends them forever, and never a byte of body, is idle).
         guard !worker.headDelivered else { return true }
+        worker.lastActivity = .now
         switch worker.head.append(line) {
         case .incomplete:
             return true

@@ -161,6 +161,12 @@ final class URLSessionTransport: TransportSession {
         // URLSession shows no connect phase: the connect timeout bounds the wait for the head (see ConnectWatchdog).
         let watchdog = ConnectWatchdog(timeout: request.connectTimeout) { handler.connectTimedOut() }
         defer { watchdog.cancel() }
+        // FoundationNetworking re-arms its own idle timer on every header line, a chunked body's trailer fields too:
+        // a server that sends them forever, and never a byte of data, would hold the request as long as it likes.
+        let idleWatchdog = IdleWatchdog(timeout: request.idleTimeout, activity: handler.activity) {
+            handler.idleTimedOut(after: request.idleTimeout)
+        }
+        defer { idleWatchdog.cancel() }
         let outcome: Result<Void, ResumableError> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 handler.start(task, continuation: continuation)
@@ -367,6 +373,8 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
 
     private let consumer: Consumer
     private let state = Mutex(State())
+    /// When the head or the last body bytes reached the consumer, for the ``IdleWatchdog``.
+    let activity = TransferActivity()
     /// Held while the consumer is called; its value is set by ``abandon()``, which takes it so that it returns
     /// only when no call is under way and none can follow.
     private let delivery = Mutex(false)
@@ -484,7 +492,11 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             return
         }
         let head = Self.head(of: http)
-        let accepted = delivery.withLock { abandoned in !abandoned && consumer.receive(head) }
+        let accepted = delivery.withLock { abandoned in
+            activity.begin()
+            defer { activity.end() }
+            return !abandoned && consumer.receive(head)
+        }
         if accepted {
             completionHandler(.allow)
         } else {
@@ -553,6 +565,9 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         }
         let delivered = delivery.withLock { abandoned -> Result<Void, ResumableError> in
             guard !abandoned else { return .success(()) }
+            // A consumer that takes its time (a rate limit, a slow disk) is no idle server.
+            activity.begin()
+            defer { activity.end() }
             return data.withUnsafeBytes { buffer in
                 Result { () throws(ResumableError) in try consumer.receive(buffer) }
             }
@@ -597,6 +612,18 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
             domain: nsError.domain, code: nsError.code, description: nsError.localizedDescription, context: context)
         return TransportFailure.error(
             cause, detail: nsError.localizedDescription, context: context, underlying: sendable)
+    }
+
+    /// No data for the idle timeout since the head or the last body bytes (see ``IdleWatchdog``): ends the request with
+    /// ``ResumableError/Code/timedOut``, as the libcurl transport does, unless it ended first.
+    func idleTimedOut(after timeout: Duration) {
+        let task = state.withLock { state -> URLSessionDataTask? in
+            guard !state.finished, !state.cancelled, state.consumerError == nil else { return nil }
+            state.consumerError = ResumableError(.timedOut, "the server sent no data for \(timeout)")
+            state.cancelled = true
+            return state.task
+        }
+        if let task { whileOpen { [cancellation] in cancellation.cancel(task) } }
     }
 
     /// The connect timeout passed before the response head (see ``ConnectWatchdog``): ends the request with
