@@ -1,0 +1,84 @@
+import Foundation
+import LoopbackServer
+import Testing
+
+@testable import Resumable
+
+/// Review by helper 101 of a5b4f80 (a length the strong validator vouches for, unquoted ETags).
+///
+/// Tests named **FAILS on a5b4f80** prove a break.
+@Suite("Review of a5b4f80: validators read through Validators(of:)")
+struct MorningFixesReviewTests {
+    static let length = 100_000
+    static let cut = 40_000
+    static let lastModified = "Tue, 01 Dec 2026 10:00:00 GMT"
+    static let date = "Thu, 03 Dec 2026 06:00:00 GMT"
+
+    /// The head lines of every answer below: an unquoted `tag` and a strong Last-Modified (two days before `Date`).
+    static func lines(_ tag: String) -> [String] {
+        ["ETag: \(tag)", "Last-Modified: \(lastModified)", "Date: \(date)", "Accept-Ranges: bytes"]
+    }
+
+    /// **FAILS on a5b4f80.** Rule 1 (never splice two versions). The server sends its `ETag` without quotes, as some
+    /// do (`ETag: v1-100000`, not an entity tag), beside a strong `Last-Modified`. The first `200` (version 1) is cut
+    /// after 40,000 bytes; the token keeps the date only. Then the file is replaced by version 2, of the same length,
+    /// whose unquoted tag changed (`v2-100000`) while its `Last-Modified` stayed the same (a file written again within
+    /// the second, a deploy that sets the modification time from the build, `rsync --times`, `cp -p`). The resume sends
+    /// `If-Range: <date>`, the server matches the date and answers `206` from byte 40,000 of version 2, carrying the
+    /// changed tag. Since a5b4f80 `Validators.agree` reads the answer through `Validators(of:)`, which drops the
+    /// unquoted tag, so the one validator that shows the change is never looked at: the `206` is joined and the
+    /// finished file is 40,000 bytes of version 1 followed by 60,000 bytes of version 2. On 1d99e01 (`agree` compared
+    /// the raw value) it restarted and the file was version 2, whole.
+    ///
+    /// Likely cause: `Sources/Resumable/Resume/Validators.swift:82-83` (`agree` reads `Validators(of: head)`), with
+    /// `init(of:)` (`:39`) forgetting the unquoted value on both sides. Fix: keep an `ETag` that is no entity tag as an
+    /// opaque value of its own (in the validators and the token, never sent in `If-Range`): an answer that carries the
+    /// same opaque value is not contradicted by it (helper 99's case, still joined), one that carries another value is
+    /// another version and restarts.
+    @Test(
+        "FAILS on a5b4f80: an unquoted ETag that changed beside the same strong date: the 206 is never joined",
+        arguments: TransportKind.all)
+    func changedUnquotedTagWithSameDate(transport: TransportKind) async throws {
+        let version1 = testBytes(count: Self.length, seed: 10_101)
+        let version2 = testBytes(count: Self.length, seed: 10_102)
+        let server = try RawScriptServer { head, index in
+            if index == 0 {
+                return RawScriptServer.head("200 OK", Self.lines("v1-100000") + ["Content-Length: \(Self.length)"])
+                    + version1[0..<Self.cut]
+            }
+            // Version 2 from now on, under the same Last-Modified: a server that checks If-Range against the date.
+            let range = RawScriptServer.header("Range", in: head).map { String(decoding: $0, as: UTF8.self) }
+            let ifRange = RawScriptServer.header("If-Range", in: head).map { String(decoding: $0, as: UTF8.self) }
+            guard let range, range.hasPrefix("bytes="), range.hasSuffix("-"),
+                ifRange == nil || ifRange == Self.lastModified,
+                let from = Int(range.dropFirst(6).dropLast()), from < Self.length
+            else {
+                return RawScriptServer.head("200 OK", Self.lines("v2-100000") + ["Content-Length: \(Self.length)"])
+                    + version2
+            }
+            return RawScriptServer.head(
+                "206 Partial Content",
+                Self.lines("v2-100000") + [
+                    "Content-Range: bytes \(from)-\(Self.length - 1)/\(Self.length)",
+                    "Content-Length: \(Self.length - from)",
+                ]) + version2[from...]
+        }
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        let token = try await RestartAtFirstByteReviewTests.firstCut(server, into: directory, transport: transport)
+        #expect(token.offset == Int64(Self.cut))
+        #expect(token.lastModified == Self.lastModified)
+        let resumed = try DownloadTask.resume(
+            from: token, configuration: DownloadFixture.configuration(retries: 0, transport: transport))
+        switch await resumed.result {
+        case .success(let result):
+            let bytes = [UInt8](try Data(contentsOf: result.fileURL))
+            let spliced = bytes.count == Self.length && bytes[..<Self.cut] == version1[..<Self.cut]
+            let exact = bytes == version2
+            #expect(exact, "spliced (version 1 then version 2): \(spliced); restarted: \(result.restarted)")
+        case .failure(let error):
+            // Refusing is fine; the bytes on disk must still be described by a token.
+            #expect(error.resumeToken != nil, "\(error)")
+        }
+    }
+}
