@@ -73,14 +73,16 @@ struct Validators: Hashable, Sendable {
         return false
     }
 
-    /// Whether a response's validators, where it sends any, are these (RFC 9110 §15.3.7.3). Read as ``init(of:)``
-    /// reads them: an `ETag` that is no entity tag (`ETag: abc123`, without quotes) is no validator, here as when
-    /// these were stored; otherwise every answer of such a server, though it checked `If-Range` against the date, would
-    /// seem to name another version, and each resume would start over.
+    /// Whether a response's validators, where it sends any, are these (RFC 9110 §15.3.7.3).
+    ///
+    /// Its raw `ETag` counts, even one that is no entity tag (`ETag: abc123`, without quotes), which ``init(of:)``
+    /// does not keep: such a value changes with the file as a real tag does, and it may be the only header that shows
+    /// a new version whose `Last-Modified` stayed the same (a file written again within the second, `cp -p`). Since
+    /// the value was not kept, an answer that carries one never agrees, and a resume of such a server starts over:
+    /// bytes lost, never two versions joined.
     func agree(with head: ResponseHead) -> Bool {
-        let sent = Validators(of: head)
-        if let etag = sent.etag, !Self.identical(etag, self.etag) { return false }
-        if let lastModified = sent.lastModified, !Self.identical(lastModified, self.lastModified) {
+        if let etag = head.value("ETag"), !Self.identical(etag, self.etag) { return false }
+        if let lastModified = head.value("Last-Modified"), !Self.identical(lastModified, self.lastModified) {
             return false
         }
         return true
@@ -92,7 +94,8 @@ struct Validators: Hashable, Sendable {
     func vouchForSameBytes(as head: ResponseHead) -> Bool {
         let sent = Validators(of: head)
         if let tag = strongETag { return Self.identical(sent.etag, tag) }
-        guard etag == nil, sent.etag == nil, let date = strongLastModified else { return false }
+        // The raw header: an unquoted `ETag` may be what shows another version (see ``agree(with:)``).
+        guard etag == nil, head.value("ETag") == nil, let date = strongLastModified else { return false }
         return Self.identical(sent.lastModified, date)
     }
 

@@ -3,6 +3,12 @@ import Synchronization
 
 /// When a request last moved data to its consumer: the head, or body bytes. Read by an ``IdleWatchdog`` on its own
 /// queue, written by the request's callbacks; one atomic word, so a body piece costs two stores.
+///
+/// A request's callbacks share the session's serial delegate queue with the other requests of the session (the
+/// connections of one download, a queue's downloads): while one of them waits in its consumer (a rate limit, a slow
+/// disk), the others' pieces, received long ago, wait behind it. So a request made with `session` (the session's own
+/// activity, which every delivery marks too) is not idle while any delivery of the session runs, and its idle time
+/// counts from the last delivery of the session, not only from its own.
 final class TransferActivity: Sendable {
     /// Nothing reached the consumer yet.
     private static let notStarted: UInt64 = 0
@@ -10,23 +16,38 @@ final class TransferActivity: Sendable {
     private static let busy = UInt64.max
 
     private let mark = Atomic<UInt64>(TransferActivity.notStarted)
+    /// The session's activity, marked by every delivery of every request of the session.
+    private let session: TransferActivity?
+
+    init(session: TransferActivity? = nil) {
+        self.session = session
+    }
 
     /// A delivery to the consumer starts.
     func begin() {
         mark.store(Self.busy, ordering: .releasing)
+        session?.begin()
     }
 
     /// A delivery to the consumer ended: the request was active now.
     func end() {
-        mark.store(max(DispatchTime.now().uptimeNanoseconds, 1), ordering: .releasing)
+        let now = max(DispatchTime.now().uptimeNanoseconds, 1)
+        mark.store(now, ordering: .releasing)
+        session?.mark.store(now, ordering: .releasing)
     }
 
-    /// How long the request has been idle at `now`: nil while nothing reached the consumer yet or while a delivery
-    /// is under way.
+    /// How long the request has been idle at `now`: nil while nothing reached its consumer yet, or while a delivery
+    /// (of the session) is under way.
     func idle(at now: DispatchTime) -> UInt64? {
         let last = mark.load(ordering: .acquiring)
         guard last != Self.notStarted, last != Self.busy else { return nil }
-        return now.uptimeNanoseconds &- min(last, now.uptimeNanoseconds)
+        var latest = last
+        if let session {
+            let shared = session.mark.load(ordering: .acquiring)
+            if shared == Self.busy { return nil }
+            latest = max(latest, shared)
+        }
+        return now.uptimeNanoseconds &- min(latest, now.uptimeNanoseconds)
     }
 }
 

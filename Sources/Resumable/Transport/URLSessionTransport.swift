@@ -78,6 +78,8 @@ final class URLSessionTransport: TransportSession {
 
     /// When the session's delegate queue holds the network back (Linux only).
     let flowControl: URLSessionFlowControl
+    /// When any request of the session last delivered to its consumer (see ``TransferActivity``).
+    private let deliveries = TransferActivity()
 
     /// A transport whose delegate queue holds the network back at `flowControl`'s marks (Linux only).
     init(flowControl: URLSessionFlowControl = .default) {
@@ -135,7 +137,7 @@ final class URLSessionTransport: TransportSession {
 
         let handler = StreamingHandler(
             consumer: consumer, failureContext: TransportFailure.Context(request), calls: calls, closing: closing,
-            cancellation: cancellation)
+            cancellation: cancellation, deliveries: deliveries)
         // Made and registered on `calls`, where `close()` invalidates the session: never in between (making a task in
         // an invalidated session traps).
         guard !closing.isSet else { throw TransportSessionClosed.error }
@@ -374,7 +376,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
     private let consumer: Consumer
     private let state = Mutex(State())
     /// When the head or the last body bytes reached the consumer, for the ``IdleWatchdog``.
-    let activity = TransferActivity()
+    let activity: TransferActivity
     /// Held while the consumer is called; its value is set by ``abandon()``, which takes it so that it returns
     /// only when no call is under way and none can follow.
     private let delivery = Mutex(false)
@@ -391,9 +393,10 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
 
     init(
         consumer: Consumer, failureContext: TransportFailure.Context, calls: DispatchQueue, closing: SessionClosing,
-        cancellation: URLSessionCancellation
+        cancellation: URLSessionCancellation, deliveries: TransferActivity
     ) {
         self.consumer = consumer
+        activity = TransferActivity(session: deliveries)
         self.failureContext = failureContext
         self.calls = calls
         self.closing = closing
