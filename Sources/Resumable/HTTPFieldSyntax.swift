@@ -45,4 +45,15 @@ package enum HTTPFieldSyntax {
     package static func isValidValue(_ value: String) -> Bool {
         value.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }
     }
+
+    /// The longest value of a server's header that a token keeps (a validator, `Date`, `Accept-Ranges`), in bytes: 1
+    /// KiB, far beyond any real one. A longer value is not kept (a validator that long is none): a token, and a task
+    /// record that holds one, must stay far below the 1 MiB their readers accept, whatever a server sends.
+    package static let maximumStoredValueLength = 1024
+
+    /// Whether a server's header value may be kept in a token: ``isValidValue(_:)`` and at most
+    /// ``maximumStoredValueLength`` bytes.
+    package static func isStorableValue(_ value: String) -> Bool {
+        value.utf8.count <= maximumStoredValueLength && isValidValue(value)
+    }
 }

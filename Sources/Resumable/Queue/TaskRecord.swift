@@ -78,8 +78,23 @@ struct TaskRecord: Sendable, Equatable {
     ) {
         storage = Storage(
             id: id, url: url, destination: destination, priority: priority, order: order, state: state,
-            expectedSHA256: expectedSHA256, token: token, failure: failure, checkpointedAt: checkpointedAt,
+            expectedSHA256: expectedSHA256, token: token, failure: failure.map(Self.bounded),
+            checkpointedAt: checkpointedAt,
             bytesPerSecond: bytesPerSecond)
+    }
+
+    /// The longest failure message a record keeps, in UTF-8 bytes: a message may quote what a server sent, and a
+    /// record must stay far below the 1 MiB ``TaskStore`` reads back.
+    static let maximumFailureLength = 4096
+
+    /// `message` cut to ``maximumFailureLength`` bytes at a character boundary, with an ellipsis.
+    static func bounded(_ message: String) -> String {
+        guard message.utf8.count > maximumFailureLength else { return message }
+        var kept = Substring(message)
+        while kept.utf8.count > maximumFailureLength - 3 {
+            kept = kept.dropLast(max(1, (kept.utf8.count - maximumFailureLength) / 4))
+        }
+        return kept + "…"
     }
 
     /// The storage, copied first when another record shares it.
@@ -125,7 +140,7 @@ struct TaskRecord: Sendable, Equatable {
     /// Why it failed, for ``State/failed``.
     var failure: String? {
         get { storage.failure }
-        set { unique().failure = newValue }
+        set { unique().failure = newValue.map(Self.bounded) }
     }
     /// When the last checkpoint of a running download was written.
     var checkpointedAt: Date? {

@@ -563,6 +563,15 @@ public final class TaskStore: Sendable {
         } catch {
             throw ResumableError(.invalidRequest, "the task record of \(record.id) cannot be encoded: \(error)")
         }
+        // Never a record no later run could read back (see ``maximumRecordSize``): the write fails instead, and the
+        // record on disk stays as it was. What a record holds is bounded where it comes in (URLs, server values,
+        // failure messages), so this is only the last line.
+        guard data.count <= Self.maximumRecordSize else {
+            throw ResumableError(
+                .invalidRequest,
+                "the task record of \(record.id) would be \(data.count) bytes, over the \(Self.maximumRecordSize) a store reads back"
+            )
+        }
         let name = "\(record.id).json"
         let tasks = try currentTasks()
         try AtomicFile.write(

@@ -811,7 +811,7 @@ struct ResumeStateMachine: Sendable {
     /// The `Accept-Ranges` value a token may keep: `nil` when the field is absent or holds what a header value
     /// cannot (a control character), which the token reader would refuse.
     static func acceptRanges(_ head: ResponseHead) -> String? {
-        head.value("Accept-Ranges").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
+        head.value("Accept-Ranges").flatMap { HTTPFieldSyntax.isStorableValue($0) ? $0 : nil }
     }
 
     static func reason(_ status: Int) -> String {

@@ -36,9 +36,11 @@ struct Validators: Hashable, Sendable {
 
     /// The validators a response carries; values a header could not carry are dropped.
     init(of head: ResponseHead) {
-        etag = head.value("ETag").flatMap { EntityTag($0) != nil ? $0 : nil }
-        lastModified = head.value("Last-Modified").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
-        responseDate = head.value("Date").flatMap { HTTPFieldSyntax.isValidValue($0) ? $0 : nil }
+        etag = head.value("ETag").flatMap {
+            $0.utf8.count <= HTTPFieldSyntax.maximumStoredValueLength && EntityTag($0) != nil ? $0 : nil
+        }
+        lastModified = head.value("Last-Modified").flatMap { HTTPFieldSyntax.isStorableValue($0) ? $0 : nil }
+        responseDate = head.value("Date").flatMap { HTTPFieldSyntax.isStorableValue($0) ? $0 : nil }
     }
 
     init(etag: String? = nil, lastModified: String? = nil, responseDate: String? = nil) {
