@@ -7,7 +7,7 @@ import Testing
 /// Review by helper 101 of a5b4f80 (a length the strong validator vouches for, unquoted ETags).
 ///
 /// Tests named **FAILS on a5b4f80** prove a break.
-@Suite("Review of a5b4f80: validators read through Validators(of:)")
+@Suite("Review of a5b4f80: validators read through Validators(of:), answers after a restart")
 struct MorningFixesReviewTests {
     static let length = 100_000
     static let cut = 40_000
@@ -80,5 +80,43 @@ struct MorningFixesReviewTests {
             // Refusing is fine; the bytes on disk must still be described by a token.
             #expect(error.resumeToken != nil, "\(error)")
         }
+    }
+
+    /// **FAILS on a5b4f80** (found beside it, not made by it). Rule 2 (nothing downloaded is lost without need) and
+    /// rule 9a of docs/protocol-rules.md ("an answer cut, turned away or paused before its first byte leaves the old
+    /// file and the token naming it as they were"). A first `200` under the strong `"v1"` is cut after 40,000 bytes.
+    /// The resume's `206` has a `Content-Range` that does not parse: the machine restarts (rightly: it asks for the
+    /// whole file), and the server answers that plain GET with a `206` again, which is a broken server: the download
+    /// fails with `protocolViolation` ("unusable 206 to a request without a range"). No byte of either answer reached a
+    /// file, yet the error carries no token: the 40,000 bytes on disk are no longer described by anything (with
+    /// `get -i --state`, the task's record and its partial file are removed: "1 failed, 0 left to resume").
+    ///
+    /// Likely cause: `Sources/Resumable/Resume/ResumeStateMachine.swift:452-458` (`restartOrFail`) fails the unasked
+    /// `206` after `restart` (`:461-468`) already set the state to a new, empty file, so the failure describes no
+    /// bytes; unlike the branch at `:250-258` ("the bytes on disk are kept"), nothing brings back the old file's state
+    /// before the switch of rule 9a happened. Fix: fail such an answer as the switch would be undone (the old bytes and
+    /// their token), as other failures before a restarted answer's first byte are.
+    @Test(
+        "FAILS on a5b4f80: a restart whose plain GET is answered by an unusable 206 keeps the old bytes' token",
+        arguments: TransportKind.all)
+    func unusablePartialAfterRestartKeepsToken(transport: TransportKind) async throws {
+        let content = testBytes(count: Self.length, seed: 10_106)
+        let server = try RawScriptServer { _, index in
+            if index == 0 { return RestartAtFirstByteTests.whole(content, tag: "\"v1\"", upTo: Self.cut) }
+            return RawScriptServer.head(
+                "206 Partial Content", ["Content-Range: bytes garbage", "Content-Length: 10"],
+                etag: Array("\"v1\"".utf8)) + content[0..<10]
+        }
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        let token = try await RestartAtFirstByteReviewTests.firstCut(server, into: directory, transport: transport)
+        #expect(token.offset == Int64(Self.cut))
+        let resumed = try DownloadTask.resume(
+            from: token, configuration: DownloadFixture.configuration(retries: 0, transport: transport))
+        let error = try #require(await failure(of: resumed))
+        #expect(server.requests.count == 3)
+        let kept = try #require(error.resumeToken, "the 40,000 bytes on disk are described by no token: \(error)")
+        #expect(kept.offset == Int64(Self.cut))
+        #expect(FileManager.default.fileExists(atPath: kept.tempPath))
     }
 }
