@@ -119,4 +119,52 @@ struct MorningFixesReviewTests {
         #expect(kept.offset == Int64(Self.cut))
         #expect(FileManager.default.fileExists(atPath: kept.tempPath))
     }
+
+    /// **FAILS on a5b4f80.** A legitimate download that now fails on every resume (rule 2's "resume from where the
+    /// data stopped" turns into "never"). The first `200` (100,000 bytes under the strong `"v1"`) is cut after 40,000
+    /// bytes. The file is then replaced by one of 120,000 bytes, but the server keeps the entity tag `"v1"` (a tag
+    /// computed from something else than the bytes: a version number not bumped, a CDN's stale tag) and answers
+    /// `200` without a length, ending at the close. Since a5b4f80 `receiveWhole` takes the 100,000 bytes known under
+    /// `"v1"` as this answer's length (`vouchForSameBytes`), so the 100,001st byte fails the download with
+    /// `protocolViolation` ("the body runs past its announced end"), which is not retried; the token it leaves keeps
+    /// the length of 100,000 under `"v1"`, so every later `resume` fails the same way. On 1d99e01 the resume fetched the
+    /// 120,000 bytes whole. The answer itself proves the vouching wrong: a close-delimited body that runs past the
+    /// length the tag vouched for is no cut to guard against.
+    ///
+    /// Likely cause: `Sources/Resumable/Resume/ResumeStateMachine.swift:363-368` turns the vouched length into the
+    /// answer's announced length, with the same "past its end" rule as a `Content-Length` the server sent itself.
+    /// Fix: keep the vouched length as a floor only (a close before it is a cut, as a5b4f80 wants), not as a ceiling:
+    /// a close-delimited body that goes past it is the server's new length (or: restart once without the stored
+    /// validators, which the server has just contradicted).
+    @Test(
+        "FAILS on a5b4f80: a close-delimited 200 under the same strong tag, longer than the known length, finishes",
+        arguments: TransportKind.all)
+    func longerCloseDelimitedUnderSameTag(transport: TransportKind) async throws {
+        let content = testBytes(count: Self.length, seed: 10_107)
+        let longer = testBytes(count: 120_000, seed: 10_108)
+        let server = try RawScriptServer { _, index in
+            if index == 0 { return RestartAtFirstByteTests.whole(content, tag: "\"v1\"", upTo: Self.cut) }
+            return RawScriptServer.head("200 OK", [], etag: Array("\"v1\"".utf8)) + longer
+        }
+        defer { server.stop() }
+        let directory = try TemporaryDirectory()
+        let token = try await RestartAtFirstByteReviewTests.firstCut(server, into: directory, transport: transport)
+        #expect(token.expectedLength == Int64(Self.length))
+        let resumed = try DownloadTask.resume(
+            from: token, configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+        switch await resumed.result {
+        case .success(let result):
+            let exact = [UInt8](try Data(contentsOf: result.fileURL)) == longer
+            #expect(exact)
+        case .failure(let error):
+            // And its token cannot get further either.
+            var again = "no token"
+            if let next = error.resumeToken {
+                let second = try DownloadTask.resume(
+                    from: next, configuration: DownloadFixture.configuration(retries: 3, transport: transport))
+                again = "\(await second.result)"
+            }
+            Issue.record("fails: \(error); resuming its token: \(again)")
+        }
+    }
 }
