@@ -1,0 +1,1 @@
+../../ResumableTests/Support/SameBytes.swift
