@@ -136,3 +136,41 @@ func expectSameBytes<Actual: Collection<UInt8>, Expected: Collection<UInt8>>(
         return false
     }
 }
+
+/// ``expectSameBytes(_:_:_:sourceLocation:)`` that, like `try #require(actual == expected)`, throws (ending the
+/// test) after recording its one issue.
+func requireSameBytes(
+    _ actual: some Collection<UInt8>,
+    _ expected: some Collection<UInt8>,
+    _ comment: @autoclosure () -> Comment? = nil,
+    sourceLocation: SourceLocation = #_sourceLocation
+) throws {
+    guard let mismatch = ByteMismatch(actual, expected) else { return }
+    let theBytesAreTheSame = false
+    try #require(theBytesAreTheSame, joined(comment(), mismatch.description), sourceLocation: sourceLocation)
+}
+
+/// ``requireSameBytes(_:_:_:sourceLocation:)`` for sides that may be `nil`, with the meaning of `==` on optionals.
+func requireSameBytes<Actual: Collection<UInt8>, Expected: Collection<UInt8>>(
+    _ actual: Actual?,
+    _ expected: Expected?,
+    _ comment: @autoclosure () -> Comment? = nil,
+    sourceLocation: SourceLocation = #_sourceLocation
+) throws {
+    switch (actual, expected) {
+    case (nil, nil):
+        return
+    case (let actual?, let expected?):
+        try requireSameBytes(actual, expected, comment(), sourceLocation: sourceLocation)
+    case (nil, let expected?):
+        let thereAreActualBytes = false
+        try #require(
+            thereAreActualBytes, joined(comment(), "there are no actual bytes (nil), expected \(expected.count) bytes"),
+            sourceLocation: sourceLocation)
+    case (let actual?, nil):
+        let thereAreNoActualBytes = false
+        try #require(
+            thereAreNoActualBytes, joined(comment(), "expected no bytes (nil), actual \(actual.count) bytes"),
+            sourceLocation: sourceLocation)
+    }
+}
