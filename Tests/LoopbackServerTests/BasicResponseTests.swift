@@ -21,7 +21,7 @@ struct BasicResponseTests {
         #expect(response.header("Connection") == "close")
         #expect(response.header("Last-Modified")?.hasSuffix(" GMT") == true)
         #expect(response.header("Date")?.hasSuffix(" GMT") == true)
-        #expect(response.body == content)
+        expectSameBytes(response.body, content)
     }
 
     @Test("A HEAD gets the same headers as GET and no body")

@@ -22,7 +22,7 @@ struct BehaviorTests {
         let response = try RawHTTPClient.request(port: server.port, path: "/f", headers: [("Range", "bytes=10-")])
         #expect(response.status == 200)
         #expect(response.header("Content-Range") == nil)
-        #expect(response.body == content)
+        expectSameBytes(response.body, content)
     }
 
     @Test("ignoreIfRange honours Range even when If-Range does not match")
@@ -32,7 +32,7 @@ struct BehaviorTests {
         let response = try RawHTTPClient.request(
             port: server.port, path: "/f", headers: [("Range", "bytes=10-"), ("If-Range", "\"stale\"")])
         #expect(response.status == 206)
-        #expect(response.body == Array(content[10...]))
+        expectSameBytes(response.body, Array(content[10...]))
     }
 
     @Test("dropAfterBytes sends fewer bytes than the announced Content-Length")
@@ -42,7 +42,7 @@ struct BehaviorTests {
         let response = try RawHTTPClient.request(port: server.port, path: "/f")
         #expect(response.status == 200)
         #expect(response.header("Content-Length") == "200000")
-        #expect(response.body == Array(content[0..<1234]))
+        expectSameBytes(response.body, Array(content[0..<1234]))
         #expect(!response.wasReset)
     }
 
@@ -71,7 +71,7 @@ struct BehaviorTests {
         let response = try RawHTTPClient.request(port: server.port, path: "/f", headers: [("Range", "bytes=100-")])
         #expect(response.status == 206)
         #expect(response.header("Content-Range") == "bytes 90-199999/200000")
-        #expect(response.body == Array(content[90...]))
+        expectSameBytes(response.body, Array(content[90...]))
     }
 
     @Test("maxPartialLength answers a short 206 with an honest Content-Range")
@@ -82,7 +82,7 @@ struct BehaviorTests {
         #expect(response.status == 206)
         #expect(response.header("Content-Range") == "bytes 100-149/200000")
         #expect(response.header("Content-Length") == "50")
-        #expect(response.body == Array(content[100..<150]))
+        expectSameBytes(response.body, Array(content[100..<150]))
     }
 
     @Test("A status behavior answers that status with an HTML body and Retry-After")
@@ -117,7 +117,7 @@ struct BehaviorTests {
         #expect(response.header("Content-Length") == nil)
         let (body, complete) = response.dechunked()
         #expect(complete)
-        #expect(body == Array(content[5...]))
+        expectSameBytes(body, Array(content[5...]))
     }
 
     @Test("chunked with dropAfterBytes closes without the last chunk")
@@ -127,7 +127,7 @@ struct BehaviorTests {
         let response = try RawHTTPClient.request(port: server.port, path: "/f")
         let (body, complete) = response.dechunked()
         #expect(!complete)
-        #expect(body == Array(content[0..<777]))
+        expectSameBytes(body, Array(content[0..<777]))
     }
 
     @Test("gzipWhenAccepted sends a valid gzip stream that gzip -dc decodes to the content")
@@ -145,7 +145,7 @@ struct BehaviorTests {
         let identity = try RawHTTPClient.request(
             port: server.port, path: "/f", headers: [("Accept-Encoding", "identity")])
         #expect(identity.header("Content-Encoding") == nil)
-        #expect(identity.body == content)
+        expectSameBytes(identity.body, content)
         let refused = try RawHTTPClient.request(
             port: server.port, path: "/f", headers: [("Accept-Encoding", "gzip;q=0, *")])
         #expect(refused.header("Content-Encoding") == nil)
@@ -173,7 +173,7 @@ struct BehaviorTests {
         #expect(partial.status == 206)
         #expect(partial.header("Content-Range") == "bytes 0-1/2")
         #expect(partial.header("Content-Length") == "abc")
-        #expect(partial.body == Array(content[3...4]))
+        expectSameBytes(partial.body, Array(content[3...4]))
     }
 
     @Test("Throttling paces the body at roughly the requested rate")
@@ -183,7 +183,7 @@ struct BehaviorTests {
         let start = ContinuousClock.now
         let response = try RawHTTPClient.request(port: server.port, path: "/f")
         let elapsed = ContinuousClock.now - start
-        #expect(response.body == content)
+        expectSameBytes(response.body, content)
         #expect(elapsed >= .milliseconds(400), "200 kB at 400 kB/s took \(elapsed)")
         // Loosely bounded above, as a busy machine can slow any transfer: this catches pacing gone wrong by a
         // large factor, not a few hundred milliseconds.

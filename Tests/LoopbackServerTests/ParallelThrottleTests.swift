@@ -37,7 +37,7 @@ struct ParallelThrottleTests {
         var latest = Duration.zero
         for task in tasks {
             let timed = try await task.value
-            #expect(timed.response.body == content)
+            expectSameBytes(timed.response.body, content)
             let elapsed = timed.finished - opened
             #expect(elapsed >= earliest, "throttled: \(elapsed)")
             latest = max(latest, elapsed)
@@ -60,7 +60,7 @@ struct ParallelThrottleTests {
         let opened = ContinuousClock.now
         gate.open()
         let timed = try await task.value
-        #expect(timed.response.body == Resource.generatedBytes(seed: 32, range: 0..<30_000))
+        expectSameBytes(timed.response.body, Resource.generatedBytes(seed: 32, range: 0..<30_000))
         let remaining = Duration.seconds(Double(20_000 - Self.piece) / Double(Self.rate))
         #expect(timed.finished - opened >= remaining)
     }
