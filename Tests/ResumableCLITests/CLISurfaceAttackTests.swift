@@ -40,7 +40,7 @@ struct CLISurfaceAttackTests {
         let directory = try scratch.subdirectory(Self.tabbedName)
         let result = try await CLIProcess.run(["get", served.url, "-o", directory.path + "/", "-q"], in: scratch.url)
         try #require(result.exitCode == 0, "\(result)")
-        #expect(try Data(contentsOf: directory.appendingPathComponent("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: directory.appendingPathComponent("file.bin")), served.bytes)
         let leftovers = scratch.contents(of: directory).filter { $0.hasSuffix(".resumable.json") }
         #expect(leftovers.isEmpty, "the token is removed on success, but \(leftovers) are left")
     }
@@ -90,6 +90,6 @@ struct CLISurfaceAttackTests {
         served.setBehavior(.normal)
         let resumed = try await CLIProcess.run(["resume", "--state", state, "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
-        #expect((try? Data(contentsOf: URL(fileURLWithPath: output + "/file.bin"))) == served.bytes)
+        expectSameBytes((try? Data(contentsOf: URL(fileURLWithPath: output + "/file.bin"))), served.bytes)
     }
 }

@@ -69,7 +69,7 @@ struct ClaimsCLIAttackTests {
         gate.open()
         let batch = try await process.finish()
         try #require(batch.signal == nil, "\(batch)")
-        try #require((try? Data(contentsOf: saved)) == Data(second), "the second file was not saved: \(batch)")
+        try requireSameBytes((try? Data(contentsOf: saved)), Data(second), "the second file was not saved: \(batch)")
 
         let resumed = try await CLIProcess.run(["resume", "--state", "state", "--overwrite", "-q"], in: scratch.url)
         #expect(resumed.signal == nil, "\(resumed)")

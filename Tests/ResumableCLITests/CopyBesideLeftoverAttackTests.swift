@@ -76,7 +76,7 @@ struct CopyBesideLeftoverAttackTests {
 
         let resumed = try await CLIProcess.run(["resume", "--state", moved.path, "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
-        #expect(try Data(contentsOf: out.appendingPathComponent("a.bin")) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: out.appendingPathComponent("a.bin")), Data(bytes))
         #expect(TodayFixesCLIAttackTests.records(in: moved).isEmpty)
         let files = (try? FileManager.default.contentsOfDirectory(atPath: out.path)) ?? []
         #expect(
@@ -106,7 +106,7 @@ struct CopyBesideLeftoverAttackTests {
         let resumed = try await CLIProcess.run(["resume", "--state", state, "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
         let saved = try Data(contentsOf: out.appendingPathComponent("a.bin"))
-        #expect(saved == Data(newer), "the new version is the one saved (the download started again)")
+        expectSameBytes(saved, Data(newer), "the new version is the one saved (the download started again)")
         let files = (try? FileManager.default.contentsOfDirectory(atPath: out.path)) ?? []
         #expect(
             files == ["a.bin"],

@@ -69,7 +69,7 @@ struct CrashAndHandoffTests {
         #expect(final.exitCode == 0, "\(final)")
         let first = try #require(served.ranges.first ?? nil)
         #expect(first.hasPrefix("bytes=") && first != "bytes=0-", "the last resume did not start from 0")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
         #expect(scratch.contents() == ["file.bin"], "no token, no partial file left")
     }
 
@@ -89,7 +89,7 @@ struct CrashAndHandoffTests {
         let late = try await CLIProcess.run(["resume", tokenURL.path], in: scratch.url)
         #expect(late.exitCode == 65, "\(late)")
         #expect(late.stderr.contains("finished") && late.stderr.contains("gone"), "\(late.stderr)")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
         _ = copy
     }
 
@@ -122,7 +122,7 @@ struct CrashAndHandoffTests {
         let before = try Data(contentsOf: precious)
         let resumed = try await CLIProcess.run(["resume", tokenURL.path], in: scratch.url)
         #expect(resumed.exitCode == 65, "\(resumed)")
-        #expect(try Data(contentsOf: precious) == before)
+        try expectSameBytes(Data(contentsOf: precious), before)
         #expect(!FileManager.default.fileExists(atPath: scratch.file("file.bin").path))
         #expect(served.server.requests(for: served.path).count == 1, "no request was made")
     }
@@ -142,6 +142,6 @@ struct CrashAndHandoffTests {
         let resumed = try await CLIProcess.run(["resume", tokenURL.path, "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
         #expect(served.ranges.last == "bytes=\(token.offset)-")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
     }
 }

@@ -74,7 +74,7 @@ struct CrossDeviceBatchAttackTests {
 
         let resumed = try await CLIProcess.run(["resume", "--state", state, "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
-        #expect(try Data(contentsOf: out.appendingPathComponent("a.bin")) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: out.appendingPathComponent("a.bin")), Data(bytes))
         let left = TodayFixesCLIAttackTests.records(in: URL(fileURLWithPath: state))
         #expect(left.isEmpty, "records left: \(left)")
         let files = (try? FileManager.default.contentsOfDirectory(atPath: out.path)) ?? []

@@ -36,7 +36,7 @@ struct FreeNameCrashTests {
         let dry = try await CLIProcess.run(arguments, in: scratch.url, environment: ["RESUMABLE_STEP_LOG": log.path])
         try #require(dry.exitCode == 0, "\(dry)")
         let freeName = output.appendingPathComponent("a (1).bin")
-        #expect(try Data(contentsOf: freeName) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: freeName), Data(bytes))
         let steps = try String(contentsOf: log, encoding: .utf8).split(separator: "\n").map {
             $0.split(separator: " ", maxSplits: 2).map(String.init)
         }
@@ -51,7 +51,7 @@ struct FreeNameCrashTests {
             arguments, in: scratch.url,
             environment: ["RESUMABLE_CRASH_AFTER_STEP_MATCHING": move[1] + " " + move[2]])
         try #require(crashed.exitCode == 137, "\(crashed)")
-        #expect(try Data(contentsOf: freeName) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: freeName), Data(bytes))
         #expect(FileManager.default.fileExists(atPath: token.path), "the last token should outlive the crash")
         let requestsAfterCrash = server.requests(for: "/a.bin").count
         #expect(requestsAfterCrash == requestsBefore + 1)
@@ -65,8 +65,8 @@ struct FreeNameCrashTests {
         #expect(resumed.exitCode == 65, "\(resumed)")
         #expect(resumed.stdout.contains("\"tokenGone\""), "\(resumed)")
         #expect(resumed.stdout.contains("a (1).bin"), "the resume did not name where the file is: \(resumed)")
-        #expect(try Data(contentsOf: taken) == theirs, "the other file changed")
-        #expect(try Data(contentsOf: freeName) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: taken), theirs, "the other file changed")
+        try expectSameBytes(Data(contentsOf: freeName), Data(bytes))
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: output.path).sorted() == ["a (1).bin", "a.bin"],
             "a second copy appeared")

@@ -13,7 +13,7 @@ struct GetTests {
         let result = try await CLIProcess.run(["get", served.url], in: scratch.url)
         #expect(result.exitCode == 0, "\(result)")
         #expect(result.stdoutLines == [scratch.file("file.bin").path])
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
         #expect(scratch.contents() == ["file.bin"])
         #expect(result.stderr.contains("Saved"))
     }
@@ -31,7 +31,7 @@ struct GetTests {
         let exact = try await CLIProcess.run(["get", served.url, "--output", "into/renamed.dat"], in: scratch.url)
         #expect(exact.exitCode == 0, "\(exact)")
         #expect(scratch.contents(of: directory) == ["file.bin", "renamed.dat"])
-        #expect(try Data(contentsOf: directory.appendingPathComponent("renamed.dat")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: directory.appendingPathComponent("renamed.dat")), served.bytes)
 
         let trailingSlash = try await CLIProcess.run(["get", served.url, "-o", "missing/"], in: scratch.url)
         #expect(trailingSlash.exitCode == 1, "a trailing '/' means a directory, which must exist: \(trailingSlash)")
@@ -47,11 +47,11 @@ struct GetTests {
         #expect(free.exitCode == 0, "\(free)")
         #expect(free.stdoutLines == [scratch.file("file (1).bin").path])
         #expect(free.stderr.isEmpty, "--quiet prints nothing on success")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == Data("old".utf8))
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), Data("old".utf8))
 
         let replaced = try await CLIProcess.run(["get", served.url, "--overwrite", "-q"], in: scratch.url)
         #expect(replaced.exitCode == 0, "\(replaced)")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
     }
 
     @Test("A 404 exits with 1 and leaves no file, no temporary file and no token")
@@ -93,7 +93,7 @@ struct GetTests {
         #expect(result.exitCode == 0, "\(result)")
         let object = try jsonObject(result.stdout)
         #expect((object["transport"] as? String)?.lowercased() == name)
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
         let wrong = try await CLIProcess.run(["get", served.url, "--transport", "carrier-pigeon"], in: scratch.url)
         #expect(wrong.exitCode == 64, "\(wrong)")
     }
@@ -161,7 +161,7 @@ struct GetTests {
         let object = try jsonObject(resumed.stdout)
         #expect((object["resumedFrom"] as? NSNumber)?.int64Value == 100_000)
         #expect(served.ranges.last == "bytes=100000-")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
         #expect(scratch.contents() == ["file.bin"])
     }
 
@@ -216,6 +216,6 @@ struct GetTests {
         #expect(scratch.contents() == [earlierPartial, "file.bin", "file.bin.resumable.json"])
         let resumed = try await CLIProcess.run(["resume", "file.bin.resumable.json", "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
-        #expect(try Data(contentsOf: scratch.file("file (1).bin")) == served.bytes, "\(scratch.contents())")
+        try expectSameBytes(Data(contentsOf: scratch.file("file (1).bin")), served.bytes, "\(scratch.contents())")
     }
 }

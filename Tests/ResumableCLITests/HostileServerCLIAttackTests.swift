@@ -123,7 +123,7 @@ struct HostileServerCLIAttackTests {
         #expect(!FileManager.default.fileExists(atPath: victim.path), "written through the link")
         #expect(result.exitCode == 0, "\(result)")
         if result.exitCode == 0 {
-            #expect(try Data(contentsOf: sandbox.output.appendingPathComponent("file (1).bin")) == served.bytes)
+            try expectSameBytes(Data(contentsOf: sandbox.output.appendingPathComponent("file (1).bin")), served.bytes)
         }
         sandbox.expectNothingOutside()
     }

@@ -36,7 +36,7 @@ struct LatestFixesCLIAttackTests {
             ["get", other.url(for: "/report").absoluteString] + arguments, in: scratch.url)
         try #require(finished.exitCode == 0, "\(finished)")
         let finishedURL = output.appendingPathComponent(finishedName)
-        try #require(try Data(contentsOf: finishedURL) == Data(finishedBytes))
+        try requireSameBytes(Data(contentsOf: finishedURL), Data(finishedBytes))
 
         if earlierUnfinished {
             server.enqueue(behavior: Behavior(dropAfterBytes: 50_000), for: "/a.bin")

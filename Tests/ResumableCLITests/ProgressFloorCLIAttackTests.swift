@@ -34,7 +34,7 @@ struct ProgressFloorCLIAttackTests {
         let fetched = try await CLIProcess.run(["get", url, "-o", "downloads/", "-q"], in: scratch.url)
         #expect(fetched.exitCode == 0, "\(fetched)")
         let saved = scratch.url.appendingPathComponent("downloads/flaky.bin")
-        #expect((try? Data(contentsOf: saved)) == content)
+        expectSameBytes((try? Data(contentsOf: saved)), content)
 
         server.send(SIGINT)
         let stopped = try await server.finish()

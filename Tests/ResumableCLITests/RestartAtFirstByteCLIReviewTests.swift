@@ -67,7 +67,7 @@ struct RestartAtFirstByteCLIReviewTests {
     static func expectPrefix(_ token: ResumeToken, of content: [UInt8]) throws {
         let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: token.tempPath)))
         #expect(Int(token.offset) <= bytes.count, "\(token.offset) of \(bytes.count)")
-        #expect(Array(bytes.prefix(Int(token.offset))) == Array(content.prefix(Int(token.offset))))
+        expectSameBytes(Array(bytes.prefix(Int(token.offset))), Array(content.prefix(Int(token.offset))))
     }
 
     @Test("Holds: kill -9 between the new version's head and its first byte: the old token, then resume is exact")
@@ -93,7 +93,7 @@ struct RestartAtFirstByteCLIReviewTests {
         let resumed = try await CLIProcess.run(
             ["resume", scratch.file("file.bin.resumable.json").path, "--quiet"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
-        #expect([UInt8](try Data(contentsOf: scratch.file("file.bin"))) == new)
+        try expectSameBytes([UInt8](Data(contentsOf: scratch.file("file.bin"))), new)
         #expect(scratch.contents() == ["file.bin"], "\(scratch.contents())")
     }
 
@@ -118,7 +118,7 @@ struct RestartAtFirstByteCLIReviewTests {
         let resumed = try await CLIProcess.run(
             ["resume", scratch.file("file.bin.resumable.json").path, "--quiet"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
-        #expect([UInt8](try Data(contentsOf: scratch.file("file.bin"))) == new)
+        try expectSameBytes([UInt8](Data(contentsOf: scratch.file("file.bin"))), new)
         #expect(scratch.contents() == ["file.bin"], "\(scratch.contents())")
     }
 }

@@ -56,7 +56,7 @@ struct SegmentCrashCLIAttackTests {
         for range in present {
             try handle.seek(toOffset: UInt64(range.lowerBound))
             let bytes = try handle.read(upToCount: range.count) ?? Data()
-            #expect(bytes == expected[Int(range.lowerBound)..<Int(range.upperBound)], "\(range) is not on disk")
+            expectSameBytes(bytes, expected[Int(range.lowerBound)..<Int(range.upperBound)], "\(range) is not on disk")
         }
         return Killed(served: served, scratch: scratch, tokenURL: tokenURL, token: token)
     }
@@ -78,7 +78,7 @@ struct SegmentCrashCLIAttackTests {
             ["resume", killed.tokenURL.path, "--connections", connections, "--sha256", digest], in: killed.scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
         #expect(resumed.stderr.contains("SHA-256 verified: \(digest)"), "\(resumed.stderr)")
-        #expect(try Data(contentsOf: killed.scratch.file("file.bin")) == killed.served.bytes)
+        try expectSameBytes(Data(contentsOf: killed.scratch.file("file.bin")), killed.served.bytes)
         #expect(killed.scratch.contents() == ["file.bin"], "no token, no partial file left")
     }
 
@@ -88,7 +88,7 @@ struct SegmentCrashCLIAttackTests {
         let resumed = try await CLIProcess.run(
             ["resume", killed.tokenURL.path, "--connections", "16", "--quiet"], in: killed.scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
-        #expect(try Data(contentsOf: killed.scratch.file("file.bin")) == killed.served.bytes)
+        try expectSameBytes(Data(contentsOf: killed.scratch.file("file.bin")), killed.served.bytes)
         #expect(killed.scratch.contents() == ["file.bin"])
     }
 
@@ -136,7 +136,7 @@ struct SegmentCrashCLIAttackTests {
         let resumed = try await CLIProcess.run(
             ["resume", killed.tokenURL.path, "--connections", "1", "--quiet"], in: killed.scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
-        #expect(try Data(contentsOf: killed.scratch.file("file.bin")) == killed.served.bytes)
+        try expectSameBytes(Data(contentsOf: killed.scratch.file("file.bin")), killed.served.bytes)
         let firstRange = try #require(token.completedRanges.first)
         #expect(killed.served.ranges.first == "bytes=\(token.offset)-\(firstRange.lowerBound - 1)")
         #expect(lastEnd > token.offset)

@@ -36,7 +36,7 @@ struct ServeAndDemoTests {
 
         let fetched = try await CLIProcess.run(["get", url, "-o", "downloads/", "-q"], in: scratch.url)
         #expect(fetched.exitCode == 0, "\(fetched)")
-        #expect(try Data(contentsOf: downloads.appendingPathComponent("a b.bin")) == content)
+        try expectSameBytes(Data(contentsOf: downloads.appendingPathComponent("a b.bin")), content)
 
         let hashURL = String(hashLine.split(separator: "\t")[0])
         let hashFetched = try await CLIProcess.run(["get", hashURL, "-o", "downloads/hash.txt", "-q"], in: scratch.url)
@@ -65,7 +65,7 @@ struct ServeAndDemoTests {
 
         let fetched = try await CLIProcess.run(["get", url, "-o", "downloads/", "--json"], in: scratch.url)
         #expect(fetched.exitCode == 0, "\(fetched)")
-        #expect(try Data(contentsOf: scratch.url.appendingPathComponent("downloads/flaky.bin")) == content)
+        try expectSameBytes(Data(contentsOf: scratch.url.appendingPathComponent("downloads/flaky.bin")), content)
         let retries = fetched.stderr.split(separator: "\n").filter { $0.contains("\"event\":\"retry\"") }
         #expect(retries.count == 2, "cut at 100000 and 200000: \(fetched.stderr)")
 

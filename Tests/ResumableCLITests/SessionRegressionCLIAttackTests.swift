@@ -41,14 +41,14 @@ struct SessionRegressionCLIAttackTests {
 
         let first = try await CLIProcess.run(arguments, in: scratch.url)
         try #require(first.exitCode == 0, "\(first)")
-        #expect(try Data(contentsOf: output.appendingPathComponent(".env (1)")) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: output.appendingPathComponent(".env (1)")), Data(bytes))
         #expect(!FileManager.default.fileExists(atPath: token.path), "a successful get left its token behind")
 
         let second = try await CLIProcess.run(arguments, in: scratch.url)
         #expect(second.exitCode == 0, "\(second)")
         let names = try FileManager.default.contentsOfDirectory(atPath: output.path).sorted()
         #expect(names == [".env", ".env (1)", ".env (2)"], "\(names)")
-        #expect(try Data(contentsOf: taken) == theirs, "the user's file changed")
+        try expectSameBytes(Data(contentsOf: taken), theirs, "the user's file changed")
     }
 
     /// Rule broken: 2 (nothing downloaded is lost without need) and 4 (no giving up wrongly).
@@ -88,7 +88,7 @@ struct SessionRegressionCLIAttackTests {
         let dry = try await CLIProcess.run(arguments, in: scratch.url, environment: ["RESUMABLE_STEP_LOG": log.path])
         try #require(dry.exitCode == 0, "\(dry)")
         let freeName = output.appendingPathComponent(".env (1)")
-        #expect(try Data(contentsOf: freeName) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: freeName), Data(bytes))
         let steps = try String(contentsOf: log, encoding: .utf8).split(separator: "\n").map {
             $0.split(separator: " ", maxSplits: 2).map(String.init)
         }
@@ -119,7 +119,7 @@ struct SessionRegressionCLIAttackTests {
         #expect(!resumed.stdout.contains("invalidToken"), "the tool refused its own last token: \(resumed)")
         #expect(resumed.stdout.contains(".env (1)"), "the resume did not name where the file is: \(resumed)")
         #expect(server.requests(for: "/env").count == requestsAfterCrash, "the finished file was fetched again")
-        #expect(try Data(contentsOf: taken) == theirs, "the user's file changed")
-        #expect(try Data(contentsOf: freeName) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: taken), theirs, "the user's file changed")
+        try expectSameBytes(Data(contentsOf: freeName), Data(bytes))
     }
 }

@@ -46,7 +46,7 @@ struct SignalTests {
         let second = try await CLIProcess.run(["resume", tokenURL.path], in: scratch.url)
         #expect(second.exitCode == 0, "\(second)")
         #expect(served.ranges.last == "bytes=\(token.offset)-")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
         #expect(scratch.contents() == ["file.bin"], "the token and the partial file are gone")
     }
 
@@ -70,7 +70,7 @@ struct SignalTests {
         let second = try await CLIProcess.run(["resume", tokenURL.path, "--json"], in: scratch.url)
         #expect(second.exitCode == 0, "\(second)")
         #expect(served.ranges.last == "bytes=\(token.offset)-")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
         #expect(scratch.contents() == ["file.bin"])
     }
 
@@ -100,7 +100,7 @@ struct SignalTests {
         served.setBehavior(.normal)
         let resumed = try await CLIProcess.run(["resume", tokenURL.path, "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
     }
 
     @Test("A resume interrupted again leaves an updated token that a third process finishes")
@@ -136,6 +136,6 @@ struct SignalTests {
         let third = try await CLIProcess.run(["resume", tokenURL.path], in: scratch.url)
         #expect(third.exitCode == 0, "\(third)")
         #expect(served.ranges.last == "bytes=\(secondToken.offset)-")
-        #expect(try Data(contentsOf: scratch.file("file.bin")) == served.bytes)
+        try expectSameBytes(Data(contentsOf: scratch.file("file.bin")), served.bytes)
     }
 }

@@ -47,7 +47,7 @@ struct TLSTests {
             let scratch = try ScratchDirectory()
             let result = try await Self.get(nginx, arguments, in: scratch)
             #expect(result.exitCode == 0, "\(arguments): \(result)")
-            #expect(Self.downloaded(scratch) == Self.content)
+            expectSameBytes(Self.downloaded(scratch), Self.content)
         }
         _ = try await nginx.accessLog(for: "/file.bin") { $0.count == 2 }
         #expect(nginx.protocolLog(for: "/file.bin").map(\.protocol) == ["HTTP/2.0", "HTTP/2.0"])
@@ -124,7 +124,7 @@ struct TLSTests {
             cacert + ["--cert", certificates.client.certificate.path, "--key", certificates.client.key.path],
             in: withKey)
         #expect(plain.exitCode == 0, "\(plain)")
-        #expect(Self.downloaded(withKey) == Self.content)
+        expectSameBytes(Self.downloaded(withKey), Self.content)
 
         let withPassphrase = try ScratchDirectory()
         let encrypted = try await Self.get(
@@ -135,7 +135,7 @@ struct TLSTests {
             ],
             in: withPassphrase)
         #expect(encrypted.exitCode == 0, "\(encrypted)")
-        #expect(Self.downloaded(withPassphrase) == Self.content)
+        expectSameBytes(Self.downloaded(withPassphrase), Self.content)
         #expect(!(encrypted.stdout + encrypted.stderr).contains(TLSCertificates.clientKeyPassphrase))
     }
 

@@ -28,7 +28,7 @@ struct TemporaryNameFlushTests {
             ],
             in: scratch.url, environment: ["RESUMABLE_STEP_LOG": log.path])
         try #require(run.exitCode == 0, "\(run)")
-        #expect(try Data(contentsOf: output.appendingPathComponent("a.bin")) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: output.appendingPathComponent("a.bin")), Data(bytes))
 
         let steps = try String(contentsOf: log, encoding: .utf8).split(separator: "\n").map {
             $0.split(separator: " ", maxSplits: 2).map(String.init)

@@ -136,7 +136,7 @@ struct TodayFixesCLIAttackTests {
                 arguments, in: scratch.url,
                 environment: ["RESUMABLE_CRASH_AFTER_STEP_MATCHING": move[1] + " " + saved.path])
             try #require(crashed.exitCode == 137, "\(crashed)")
-            try #require(try Data(contentsOf: saved) == Data(first), "the crash did not leave the first file")
+            try requireSameBytes(Data(contentsOf: saved), Data(first), "the crash did not leave the first file")
         }
 
         let resumed = try await CLIProcess.run(
@@ -264,7 +264,7 @@ extension TodayFixesCLIAttackTests {
             ])
         try #require(crashed.exitCode == 137, "\(crashed)")
         let out = scratch.url.appendingPathComponent("out")
-        try #require(try Data(contentsOf: out.appendingPathComponent("a.bin")) == Data(bytes))
+        try requireSameBytes(Data(contentsOf: out.appendingPathComponent("a.bin")), Data(bytes))
 
         let resumed = try await CLIProcess.run(["resume", "--state", state, "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
@@ -272,7 +272,7 @@ extension TodayFixesCLIAttackTests {
             !$0.hasPrefix(".")
         }
         #expect(files == ["a.bin"], "the finished file was saved a second time: \(files.sorted()) \(resumed)")
-        #expect(try Data(contentsOf: out.appendingPathComponent("a.bin")) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: out.appendingPathComponent("a.bin")), Data(bytes))
     }
 }
 

@@ -69,7 +69,7 @@ struct BatchAttackTests {
         let resumed = try await CLIProcess.run(["resume", "--state", "state", "-q"], in: scratch.url)
         #expect(resumed.signal == nil, "resume trapped: \(resumed)")
         if resumed.exitCode == 0 {
-            #expect(try Data(contentsOf: out.appendingPathComponent("max.bin")) == Data(content))
+            try expectSameBytes(Data(contentsOf: out.appendingPathComponent("max.bin")), Data(content))
         }
     }
 

@@ -79,9 +79,9 @@ struct BatchCLITests {
         #expect(result.stderr.contains("404"), "the failure says why")
         let out = scratch.url.appendingPathComponent("out")
         for (path, content) in bytes {
-            #expect(try Data(contentsOf: out.appendingPathComponent(String(path.dropFirst()))) == Data(content))
+            try expectSameBytes(Data(contentsOf: out.appendingPathComponent(String(path.dropFirst()))), Data(content))
         }
-        #expect(try Data(contentsOf: out.appendingPathComponent("copy.bin")) == Data(bytes["/f0.bin"]!))
+        try expectSameBytes(Data(contentsOf: out.appendingPathComponent("copy.bin")), Data(bytes["/f0.bin"]!))
         // The out= entry is reported under the file it was saved to; f0.bin's own entry under its URL's name.
         #expect(result.stderr.contains("Started copy.bin"), "\(result.stderr)")
         #expect(result.stderr.components(separatedBy: "Started f0.bin").count == 2, "\(result.stderr)")
@@ -210,7 +210,7 @@ struct BatchCLITests {
         for index in 0..<200 {
             let file = out.appendingPathComponent("f\(index).bin")
             if let content = versions["/f\(index).bin"] {
-                #expect((try? Data(contentsOf: file)) == Data(content), "f\(index).bin")
+                expectSameBytes((try? Data(contentsOf: file)), Data(content), "f\(index).bin")
             } else {
                 #expect(!FileManager.default.fileExists(atPath: file.path))
             }
@@ -319,7 +319,8 @@ struct BatchCLITests {
         let resumed = try await CLIProcess.run(["resume", "--state", "state", "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
         for index in 0..<3 {
-            #expect(try Data(contentsOf: scratch.url.appendingPathComponent("out/g\(index).bin")) == Data(content))
+            try expectSameBytes(
+                Data(contentsOf: scratch.url.appendingPathComponent("out/g\(index).bin")), Data(content))
             #expect(server.requests(for: "/g\(index).bin").last?.header("Range") == "bytes=100000-")
         }
     }

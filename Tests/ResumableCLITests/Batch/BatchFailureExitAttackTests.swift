@@ -43,7 +43,7 @@ struct BatchFailureExitAttackTests {
         #expect(
             present || resumed.exitCode != 0,
             "resume --state exits 0 while busy.bin, which only met a 503, was never downloaded: \(resumed)")
-        if present { #expect(try Data(contentsOf: file) == Data(busy)) }
+        if present { try expectSameBytes(Data(contentsOf: file), Data(busy)) }
     }
 
     /// A full disk is temporary (docs/cli.md, exit status 75: "a full disk or a file-size limit ... free space, then
@@ -72,6 +72,6 @@ struct BatchFailureExitAttackTests {
         let resumed = try await CLIProcess.run(["resume", "--state", "state"], in: scratch.url)
         #expect(resumed.exitCode == 0, "\(resumed)")
         let file = scratch.url.appendingPathComponent("out/big.bin")
-        #expect(try Data(contentsOf: file) == Data(content))
+        try expectSameBytes(Data(contentsOf: file), Data(content))
     }
 }

@@ -43,7 +43,7 @@ struct BatchFailureTests {
             #expect(resumed.stderr.contains("1 finished, 1 failed, 0 left"), "\(resumed.stderr)")
             #expect(resumed.stderr.contains("404"), "\(resumed.stderr)")
             #expect(server.requests(for: "/missing.bin").count == 1, "asked again")
-            #expect(try Data(contentsOf: out.appendingPathComponent("held.bin")) == Data(content))
+            try expectSameBytes(Data(contentsOf: out.appendingPathComponent("held.bin")), Data(content))
             #expect(!FileManager.default.fileExists(atPath: out.appendingPathComponent("missing.bin").path))
             // Reported with nothing else left, the failure left the store: the next run has nothing to do.
             let tasks = scratch.url.appendingPathComponent("state/tasks").path
@@ -137,7 +137,7 @@ struct BatchFailureTests {
             FileManager.default.fileExists(atPath: file.path) || resumed.exitCode != 0,
             "resume --state exits 0 while the batch's only file was never downloaded: \(resumed)")
         if FileManager.default.fileExists(atPath: file.path) {
-            #expect(try Data(contentsOf: file) == Data(content))
+            try expectSameBytes(Data(contentsOf: file), Data(content))
         }
     }
 }
