@@ -20,7 +20,7 @@ struct AnswerHandlingTests {
         let task = try fixture.resumeThroughDisk(token)
         let events = task.events
         let result = try await task.value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges() == ["bytes=4000-", nil])
         var restarted = false
         for await event in events {
@@ -37,7 +37,7 @@ struct AnswerHandlingTests {
         let token = try await fixture.interruptedToken(after: 1000)
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges() == ["bytes=1000-", "bytes=4000-", "bytes=7000-"])
     }
 
@@ -51,7 +51,7 @@ struct AnswerHandlingTests {
         let replacement = testBytes(count: 100, seed: 7)
         fixture.serve(.bytes(replacement, behavior: Behavior(ignoreRange: true)))
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == replacement)
+        try expectSameBytes(fixture.contents(of: result.fileURL), replacement)
         #expect(result.status == 200)
     }
 
@@ -64,7 +64,7 @@ struct AnswerHandlingTests {
         fixture.serve(.bytes(updated))
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == updated)
+        try expectSameBytes(fixture.contents(of: result.fileURL), updated)
         #expect(result.etag != token.etag)
         let request = try #require(fixture.server.requests(for: "/file.bin").first)
         #expect(request.header("If-Range") == token.etag)
@@ -80,7 +80,7 @@ struct AnswerHandlingTests {
         fixture.serve(.bytes(updated, behavior: Behavior(ignoreIfRange: true)))
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == updated)
+        try expectSameBytes(fixture.contents(of: result.fileURL), updated)
         #expect(fixture.ranges() == ["bytes=5000-", nil])
     }
 
@@ -107,7 +107,7 @@ struct AnswerHandlingTests {
             for: "/file.bin"
         )
         let result = try await fixture.resumeThroughDisk(complete).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(result.status == 416)
         #expect(result.bytesTransferred == 0)
     }
@@ -122,7 +122,7 @@ struct AnswerHandlingTests {
         let shorter = testBytes(count: 100, seed: 11)
         fixture.serve(.bytes(shorter, etag: token.etag))  // same ETag: only the 416 can tell
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == shorter)
+        try expectSameBytes(fixture.contents(of: result.fileURL), shorter)
     }
 
     @Test(
@@ -136,7 +136,7 @@ struct AnswerHandlingTests {
         fixture.server.enqueue(ScriptedResponse(status: 416, text: "no"), for: "/file.bin")
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges() == ["bytes=100-", nil])
     }
 
@@ -150,7 +150,7 @@ struct AnswerHandlingTests {
         let token = try await fixture.interruptedToken(after: 1000)
         fixture.server.enqueue(behavior: Behavior(multipartRanges: true), for: "/file.bin")
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         // The bytes on disk were dropped: the finished file was not continued from the token's offset.
         #expect(result.resumedAtOffset == 0)
         #expect(result.restarted)
@@ -172,7 +172,7 @@ struct AnswerHandlingTests {
         fixture.server.enqueue(behavior: Behavior(extraContentRange: value), for: "/file.bin")
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges() == ["bytes=1000-", nil])
     }
 
@@ -186,7 +186,7 @@ struct AnswerHandlingTests {
         let token = try await fixture.interruptedToken(after: 1000)
         #expect(token.serverAdvisesAgainstRanges)
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
     }
 
     @Test(
@@ -217,7 +217,7 @@ struct AnswerHandlingTests {
         let task = try fixture.download()
         let events = task.events
         let result = try await task.value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges() == [nil, "bytes=5000-", "bytes=5000-", "bytes=5000-"])
         var retries = 0
         for await event in events {
@@ -242,7 +242,7 @@ struct AnswerHandlingTests {
         let token = try #require(error.resumeToken)
         #expect(token.offset == 5000)
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
     }
 
     @Test(
@@ -254,7 +254,7 @@ struct AnswerHandlingTests {
         fixture.serve(.bytes(content, behavior: Behavior(chunked: chunked)))
         fixture.server.enqueue(behavior: Behavior(dropAfterBytes: 12_345, chunked: chunked), for: "/file.bin")
         let result = try await fixture.download().value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges() == [nil, "bytes=12345-"])
     }
 
@@ -265,7 +265,7 @@ struct AnswerHandlingTests {
         fixture.serve(.bytes(content))
         fixture.server.enqueue(behavior: Behavior(dropAfterBytes: 10_000, resetOnDrop: true), for: "/file.bin")
         let result = try await fixture.download().value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges()[0] == nil)
         #expect(fixture.ranges().count == 2)
     }
@@ -283,7 +283,7 @@ struct AnswerHandlingTests {
         )
         switch try await fixture.download(configuration: DownloadFixture.configuration(retries: 0)).result {
         case .success(let result):
-            #expect(try fixture.contents(of: result.fileURL) == Array(body[0..<100]))
+            try expectSameBytes(fixture.contents(of: result.fileURL), Array(body[0..<100]))
         case .failure(let error):
             #expect(error.code == .protocolViolation)
         }

@@ -58,7 +58,7 @@ struct FileNamingTests {
         #expect(!name.contains("/") && !name.contains("\\") && !name.contains("\0"))
         #expect(name.utf8.count <= 200)
         #expect(!name.unicodeScalars.contains { $0.value < 0x20 })
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.directory.contents() == [name])
     }
 
@@ -85,7 +85,7 @@ struct FileNamingTests {
         let second = try await fixture.download("/report.pdf").value
         #expect(first.fileURL.lastPathComponent == "report (1).pdf")
         #expect(second.fileURL.lastPathComponent == "report (2).pdf")
-        #expect(try Data(contentsOf: existing) == Data("mine".utf8))
+        try expectSameBytes(Data(contentsOf: existing), Data("mine".utf8))
     }
 
     @Test("Overwriting replaces the existing file when asked; failing keeps the token", arguments: TransportKind.all)
@@ -99,7 +99,7 @@ struct FileNamingTests {
             configuration: DownloadFixture.configuration(existingFile: .overwrite)
         ).value
         #expect(replaced.fileURL.lastPathComponent == "file.bin")
-        #expect(try fixture.contents(of: existing) == content)
+        try expectSameBytes(fixture.contents(of: existing), content)
 
         let refused = try #require(
             await failure(of: fixture.download(configuration: DownloadFixture.configuration(existingFile: .fail)))
@@ -129,7 +129,7 @@ struct FileNamingTests {
         let result = try await fixture.download(configuration: configuration).value
         #expect(
             result.fileURL.deletingLastPathComponent().standardizedFileURL == fixture.directory.url.standardizedFileURL)
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.directory.contents() == ["file.bin"], "no copy is left beside the destination")
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: temporary.path).isEmpty,
@@ -156,7 +156,7 @@ struct FileNamingTests {
         )
         let result = try await fixture.resumeThroughDisk(token).value
         #expect(result.fileURL.standardizedFileURL == target.standardizedFileURL)
-        #expect(try fixture.contents(of: target) == content)
+        try expectSameBytes(fixture.contents(of: target), content)
     }
 
     @Test("The suggested name comes from the first response; a 206 need not repeat it", arguments: TransportKind.all)

@@ -27,7 +27,7 @@ struct HashingAttackTests {
     /// The finished file holds `content`, and the digest reported is its digest.
     static func check(_ result: DownloadResult, holds content: [UInt8], fixture: DownloadFixture) throws {
         let onDisk = try fixture.contents(of: result.fileURL)
-        #expect(onDisk == content)
+        expectSameBytes(onDisk, content)
         #expect(result.sha256 == (try SHA256Hasher.hex(of: onDisk)))
     }
 

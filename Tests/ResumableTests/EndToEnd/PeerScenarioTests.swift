@@ -21,8 +21,8 @@ struct PeerScenarioTests {
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
         let file = try fixture.contents(of: result.fileURL)
-        #expect(Array(file[0..<40]) == onDisk)
-        #expect(file == content)
+        expectSameBytes(Array(file[0..<40]), onDisk)
+        expectSameBytes(file, content)
         #expect(fixture.ranges() == ["bytes=40-"])
     }
 
@@ -58,7 +58,7 @@ struct PeerScenarioTests {
         let token = try #require(error.resumeToken)
         #expect(token.offset == 11)
         #expect(fixture.ranges() == [nil, "bytes=5-", "bytes=11-"])
-        #expect(try fixture.contents(of: URL(fileURLWithPath: token.tempPath)) == Array(content[0..<11]))
+        try expectSameBytes(fixture.contents(of: URL(fileURLWithPath: token.tempPath)), Array(content[0..<11]))
 
         // Resumed later: a surprise 200 with a 30-byte body (another version) restarts cleanly …
         let other = Array("0123456789abcdefghijklmnopqrst".utf8)
@@ -83,7 +83,7 @@ struct PeerScenarioTests {
         fixture.serve(.bytes(content, etag: "\"3035\""))
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges().first == "bytes=11-")
     }
 
@@ -102,7 +102,7 @@ struct PeerScenarioTests {
         let complete = try ResumeToken(jsonData: patched(token.jsonData(), offset: 500))
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(complete).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(result.status == 416)
         #expect(fixture.ranges() == ["bytes=500-"])
     }
@@ -120,7 +120,7 @@ struct PeerScenarioTests {
         fixture.serve(.bytes(changed, etag: "W/\"B\"", lastModified: nil))
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == changed)
+        try expectSameBytes(fixture.contents(of: result.fileURL), changed)
         let first = try #require(fixture.server.requests(for: "/file.bin").first)
         #expect(first.header("If-Range") == nil)
         #expect(fixture.ranges() == [nil], "with only a weak tag, nothing is joined")

@@ -31,7 +31,7 @@ struct RepeatedContentLengthTests {
         fixture.server.enqueue(Self.answer(lengths, body: content), for: "/file.bin")
         let task = try fixture.download(configuration: DownloadFixture.configuration(retries: 0))
         let result = try await task.result.get()
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.server.requests(for: "/file.bin").count == 1)
     }
 

@@ -22,13 +22,14 @@ struct ResumeRequestTests {
         #expect(token.offset == 400_000)
         let onDisk = try #require(FileManager.default.attributesOfItem(atPath: token.tempPath)[.size] as? Int)
         #expect(Int64(onDisk) == token.offset, "the temp file holds exactly the token's bytes")
-        #expect(Array(try fixture.contents(of: URL(fileURLWithPath: token.tempPath))) == Array(content[0..<onDisk]))
+        try expectSameBytes(
+            Array(fixture.contents(of: URL(fileURLWithPath: token.tempPath))), Array(content[0..<onDisk]))
 
         fixture.server.register(.bytes(content), at: "/file.bin")
         fixture.server.clearRequests()
         let resumed = try fixture.resumeThroughDisk(token)
         let result = try await resumed.value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(result.resumedAtOffset == token.offset)
         #expect(result.bytesTransferred == 2_000_000 - token.offset)
         #expect(result.status == 206)
@@ -72,7 +73,7 @@ struct ResumeRequestTests {
         let token = try await fixture.interruptedToken(after: 1000)
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         let request = try #require(fixture.server.requests(for: "/file.bin").first)
         #expect(request.header("Range") == nil, "a weak ETag cannot prove a join safe: start again")
         #expect(request.header("If-Range") == nil)
@@ -90,7 +91,7 @@ struct ResumeRequestTests {
         let token = try await fixture.interruptedToken(after: 1000)
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         let request = try #require(fixture.server.requests(for: "/file.bin").first)
         #expect(request.header("If-Range") == modified)
         #expect(result.status == 206)
@@ -107,7 +108,7 @@ struct ResumeRequestTests {
         let token = try await fixture.interruptedToken(after: 1000)
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         let request = try #require(fixture.server.requests(for: "/file.bin").first)
         #expect(request.header("Range") == nil, "a weak date cannot prove a join safe: start again")
         #expect(request.header("If-Range") == nil)
@@ -125,7 +126,7 @@ struct ResumeRequestTests {
         let updated = testBytes(count: 6000, seed: 2)
         fixture.serve(.bytes(updated, etag: nil, lastModified: "Sun, 08 Nov 2026 10:00:00 GMT"))
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == updated)
+        try expectSameBytes(fixture.contents(of: result.fileURL), updated)
         #expect(result.status == 200)
     }
 
@@ -140,7 +141,7 @@ struct ResumeRequestTests {
         fixture.serve(.bytes(changed, etag: nil, lastModified: nil))
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == changed)
+        try expectSameBytes(fixture.contents(of: result.fileURL), changed)
         #expect(fixture.ranges() == [nil])
     }
 
@@ -153,7 +154,7 @@ struct ResumeRequestTests {
         fixture.serve(.bytes(content, behavior: Behavior(gzipWhenAccepted: true, throttleBytesPerSecond: 6_000_000)))
         // The client asks for identity, so a well-behaved server sends it plain.
         let plain = try await fixture.download().value
-        #expect(try fixture.contents(of: plain.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: plain.fileURL), content)
         #expect(fixture.server.requests(for: "/file.bin").first?.header("Accept-Encoding") == "identity")
 
         // A server that gzips anyway, here with its stream cut in half but a Content-Length that matches the

@@ -16,7 +16,7 @@ struct DownloadTests {
         let task = try fixture.download("/data/archive.bin")
         let result = try await task.value
         #expect(result.fileURL.lastPathComponent == "archive.bin")
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(result.bytesOnDisk == 300_000)
         #expect(result.resumedAtOffset == 0)
         #expect(result.status == 200)
@@ -45,7 +45,7 @@ struct ProgressEventTests {
         configuration.eventHandler = { event in recorder.events.withLock { $0.append(event) } }
         let task = try fixture.download(configuration: configuration)
         let result = try await task.value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         let kinds = recorder.events.withLock { $0 }.map { event -> String in
             switch event {
             case .started: return "started"

@@ -30,7 +30,7 @@ struct TaskLifecycleTests {
 
         gate.open()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(result.resumedAtOffset == Self.held)
         #expect(!result.restarted)
         #expect(result.bytesTransferred == Self.length - Self.held)
@@ -88,11 +88,12 @@ struct TaskLifecycleTests {
         // disk is lost.
         let token = try #require(error.resumeToken)
         #expect(token.offset == Self.held)
-        #expect(try fixture.contents(of: URL(fileURLWithPath: token.tempPath)) == Array(content.prefix(Int(Self.held))))
+        try expectSameBytes(
+            fixture.contents(of: URL(fileURLWithPath: token.tempPath)), Array(content.prefix(Int(Self.held))))
 
         closed.open()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
     }
 
     @Test("A restart reports offset 0 and restarted; the result carries the final headers and MIME type")
@@ -107,7 +108,7 @@ struct TaskLifecycleTests {
                 new, contentType: "Application/Zip; charset=binary",
                 extraHeaders: [HeaderField("X-Note", "a"), HeaderField("X-Note", "b")]))
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == new)
+        try expectSameBytes(fixture.contents(of: result.fileURL), new)
         #expect(result.restarted)
         #expect(result.resumedAtOffset == 0)
         #expect(result.status == 200)
@@ -226,7 +227,7 @@ struct TaskLifecycleTests {
         }
         let result = try await resumed.value
         await events.value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(result.bytesTransferred == Int64(content.count) - held)
         #expect(result.resumedAtOffset == held)
         #expect(!result.restarted)

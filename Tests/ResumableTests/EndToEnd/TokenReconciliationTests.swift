@@ -19,7 +19,7 @@ struct TokenReconciliationTests {
         let task = try fixture.resumeThroughDisk(token)
         let events = task.events
         let result = try await task.value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges() == ["bytes=2500-"])
         #expect(result.resumedAtOffset == 2500)
         _ = events
@@ -37,7 +37,7 @@ struct TokenReconciliationTests {
         try handle.close()
         fixture.server.clearRequests()
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges() == ["bytes=3000-"])
     }
 
@@ -63,7 +63,7 @@ struct TokenReconciliationTests {
         let result = try await task.value
         #expect(reconciled)
         #expect(result.fileURL.path == chosen.path)
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.ranges() == [nil])
     }
 
@@ -104,7 +104,7 @@ struct TokenReconciliationTests {
         #expect(error?.code == .tokenInUse)
         gate.open()
         let result = try await first.value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
     }
 
     @Test(
@@ -173,7 +173,7 @@ struct TokenReconciliationTests {
             try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration(transport: transport))
         }
         #expect(error?.code == .invalidToken)
-        #expect(try Data(contentsOf: victim) == Data("precious".utf8))
+        try expectSameBytes(Data(contentsOf: victim), Data("precious".utf8))
     }
 
     @Test(
@@ -210,6 +210,6 @@ struct CraftedTokenTests {
         try FileManager.default.linkItem(atPath: victim.path, toPath: token.tempPath)
         let error = #expect(throws: ResumableError.self) { try DownloadTask.resume(from: token) }
         #expect(error?.code == .invalidToken)
-        #expect(try Data(contentsOf: victim) == Data(repeating: 0x41, count: 4000), "not truncated, not written")
+        try expectSameBytes(Data(contentsOf: victim), Data(repeating: 0x41, count: 4000), "not truncated, not written")
     }
 }

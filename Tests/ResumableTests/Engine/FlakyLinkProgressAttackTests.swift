@@ -119,7 +119,7 @@ struct FlakyLinkProgressAttackTests {
         let requests = fixture.server.requests(for: "/file.bin").count
         switch result {
         case .success(let done):
-            #expect(try fixture.contents(of: done.fileURL) == content)
+            try expectSameBytes(fixture.contents(of: done.fileURL), content)
         case .failure(let error):
             let message =
                 "every answer brought 16 KiB, yet the download failed after \(requests) requests, offset "

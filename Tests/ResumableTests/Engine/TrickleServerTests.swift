@@ -34,7 +34,7 @@ struct TrickleServerTests {
         #expect(fixture.server.requests(for: "/file.bin").count == 4)
         let token = try #require(error.resumeToken)
         #expect(token.offset == 4)
-        #expect(try readBytes(of: token.tempPath, in: 0..<4) == Data(content[0..<4]))
+        try expectSameBytes(readBytes(of: token.tempPath, in: 0..<4), Data(content[0..<4]))
     }
 
     @Test(
@@ -61,7 +61,7 @@ struct TrickleServerTests {
         let content = testBytes(count: 16_000, seed: 13)
         fixture.serve(.bytes(content, behavior: Behavior(dropAfterBytes: 4000)))
         let result = try await fixture.download(configuration: configuration(retries: 3)).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.server.requests(for: "/file.bin").count == 4)
     }
 }

@@ -73,7 +73,7 @@ struct NginxPeerTests {
 
         #expect(result.status == 200)
         #expect(result.fileURL.lastPathComponent == "archive.bin")
-        #expect(try PeerDownloads.contents(of: result.fileURL) == content)
+        try expectSameBytes(PeerDownloads.contents(of: result.fileURL), content)
         let etag = try #require(result.etag, "nginx sends an ETag")
         #expect(etag.hasPrefix("\""), "nginx's ETag is strong, so it can guard If-Range: \(etag)")
         #expect(PeerDownloads.temporaryFiles(in: downloads).isEmpty)
@@ -98,7 +98,7 @@ struct NginxPeerTests {
         #expect(paused.expectedLength == Int64(Self.size))
         let token = try PeerDownloads.handOff(paused, through: downloads)
         let onDisk = try PeerDownloads.contents(of: URL(fileURLWithPath: token.tempPath))
-        #expect(onDisk == content.prefix(Int(token.offset)))
+        expectSameBytes(onDisk, content.prefix(Int(token.offset)))
 
         let resumed = try DownloadTask.resume(from: token, configuration: PeerDownloads.configuration(transport))
         let events = PeerDownloads.events(of: resumed)
@@ -107,7 +107,7 @@ struct NginxPeerTests {
         #expect(result.status == 206)
         #expect(result.resumedAtOffset == token.offset)
         #expect(result.bytesTransferred == Int64(Self.size) - token.offset, "only the missing bytes travel")
-        #expect(try PeerDownloads.contents(of: result.fileURL) == content)
+        try expectSameBytes(PeerDownloads.contents(of: result.fileURL), content)
         #expect(PeerDownloads.restarts(await events.value).isEmpty)
         #expect(PeerDownloads.temporaryFiles(in: downloads).isEmpty)
         let log = try await nginx.accessLog(for: "/slow/file.bin") { $0.contains { !$0.range.isEmpty } }
@@ -149,7 +149,7 @@ struct NginxPeerTests {
 
         #expect(result.status == 200)
         #expect(result.etag != etag)
-        #expect(try PeerDownloads.contents(of: result.fileURL) == replacement)
+        try expectSameBytes(PeerDownloads.contents(of: result.fileURL), replacement)
         #expect(!PeerDownloads.restarts(await events.value).isEmpty, "the resume says it restarted")
         #expect(PeerDownloads.temporaryFiles(in: downloads).isEmpty)
         let log = try await nginx.accessLog(for: "/slow/file.bin") { $0.contains { !$0.range.isEmpty } }
@@ -187,7 +187,7 @@ struct NginxPeerTests {
         #expect(result.status == 416)
         #expect(result.bytesTransferred == 0)
         #expect(result.bytesOnDisk == Int64(Self.size))
-        #expect(try PeerDownloads.contents(of: result.fileURL) == content)
+        try expectSameBytes(PeerDownloads.contents(of: result.fileURL), content)
         #expect(PeerDownloads.temporaryFiles(in: downloads).isEmpty)
         let log = try await nginx.accessLog(for: "/slow/file.bin") { $0.contains { !$0.range.isEmpty } }
         let ranged = log.filter { !$0.range.isEmpty }
@@ -221,7 +221,7 @@ struct NginxPeerTests {
         let result = try await resumed.value
 
         #expect(result.status == 200)
-        #expect(try PeerDownloads.contents(of: result.fileURL) == shrunk)
+        try expectSameBytes(PeerDownloads.contents(of: result.fileURL), shrunk)
         #expect(!PeerDownloads.restarts(await events.value).isEmpty, "the 416 names another size: a restart")
         #expect(PeerDownloads.temporaryFiles(in: downloads).isEmpty)
         let log = try await nginx.accessLog(for: "/slow-no-etag/file.bin") { entries in
@@ -275,7 +275,7 @@ struct NginxPeerTests {
 
         #expect(result.status == 206)
         #expect(result.resumedAtOffset == token.offset)
-        #expect(try PeerDownloads.contents(of: result.fileURL) == content)
+        try expectSameBytes(PeerDownloads.contents(of: result.fileURL), content)
         let log = try await second.accessLog(for: "/slow/file.bin") { !$0.isEmpty }
         #expect(log.map(\.status) == [206])
         #expect(log.map(\.range) == ["bytes=\(token.offset)-"])

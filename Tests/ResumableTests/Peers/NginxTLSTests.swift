@@ -80,7 +80,7 @@ struct NginxTLSTests {
                 configuration: Self.configuration(DownloadTask.TLS(trust: trust)))
             let result = try await task.value
             #expect(result.status == 200)
-            #expect(try PeerDownloads.contents(of: result.fileURL) == content, "trust \(trust)")
+            try expectSameBytes(PeerDownloads.contents(of: result.fileURL), content, "trust \(trust)")
         }
         _ = try await nginx.accessLog(for: "/data/file.bin") { $0.count == 2 }
         let log = nginx.protocolLog(for: "/data/file.bin")
@@ -113,7 +113,7 @@ struct NginxTLSTests {
 
         #expect(result.status == 206)
         #expect(result.bytesTransferred == Int64(Self.size) - token.offset, "only the missing bytes travel")
-        #expect(try PeerDownloads.contents(of: result.fileURL) == content)
+        try expectSameBytes(PeerDownloads.contents(of: result.fileURL), content)
         #expect(PeerDownloads.restarts(await events.value).isEmpty)
         // Both requests logged: the paused one (nginx logs it when it sees the client gone) and the resume.
         let ranged = try await nginx.accessLog(for: "/slow/file.bin") {
@@ -175,7 +175,7 @@ struct NginxTLSTests {
                 url: nginx.url("/data/file.bin"), destination: .directory(downloads.url),
                 configuration: Self.configuration(tls))
             let result = try await task.value
-            #expect(try PeerDownloads.contents(of: result.fileURL) == content, "\(pin)")
+            try expectSameBytes(PeerDownloads.contents(of: result.fileURL), content, "\(pin)")
         }
 
         let downloads = try TemporaryDirectory()
@@ -218,7 +218,7 @@ struct NginxTLSTests {
                 url: nginx.url("/data/file.bin"), destination: .directory(downloads.url),
                 configuration: Self.configuration(tls))
             let result = try await task.value
-            #expect(try PeerDownloads.contents(of: result.fileURL) == content, "\(client)")
+            try expectSameBytes(PeerDownloads.contents(of: result.fileURL), content, "\(client)")
         }
         _ = try await nginx.accessLog(for: "/data/file.bin") { $0.count == 3 }
         #expect(nginx.protocolLog(for: "/data/file.bin").map(\.status) == [400, 200, 200])

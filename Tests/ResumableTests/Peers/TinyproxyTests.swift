@@ -56,7 +56,7 @@ struct TinyproxyTests {
         fixture.serve(.bytes(content))
         let task = try fixture.download(configuration: Self.configuration(.url(proxy.url)))
         let result = try await task.value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         let via = Self.via(fixture)
         #expect(via.count == 1)
         #expect(via.allSatisfy { $0?.contains(proxy.viaName) == true }, "\(via)")
@@ -82,7 +82,7 @@ struct TinyproxyTests {
         fixture.server.clearRequests()
         let resumed = try fixture.resumeThroughDisk(token, configuration: configuration)
         let result = try await resumed.value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(result.status == 206)
         let requests = fixture.server.requests(for: "/file.bin")
         #expect(requests.map { $0.header("Range") } == ["bytes=400000-"])
@@ -106,7 +106,7 @@ struct TinyproxyTests {
                     configuration: Self.configuration(setting, transport: transport)
                 )
                 .value
-                #expect(try fixture.contents(of: result.fileURL) == content)
+                try expectSameBytes(fixture.contents(of: result.fileURL), content)
                 #expect(Self.via(fixture) == [nil], "\(setting) on \(transport)")
             }
         }
@@ -192,7 +192,7 @@ struct TinyproxyTests {
         explicit.checkpointing = nil
         explicit.proxy = .url(proxy.url, credentials: .init(user: "alice", password: secret))
         let result = try await DownloadTask.resume(from: token, configuration: explicit).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         let requests = fixture.server.requests(for: "/file.bin")
         #expect(requests.count == 2)
         #expect(requests.allSatisfy { $0.header("Via")?.contains(proxy.viaName) == true })
@@ -254,7 +254,7 @@ struct TinyproxyTests {
         let whole = try await DownloadTask(
             url: nginx.url("/whole.bin"), destination: .directory(downloads.url), configuration: configuration
         ).value
-        #expect(try PeerDownloads.contents(of: whole.fileURL) == content)
+        try expectSameBytes(PeerDownloads.contents(of: whole.fileURL), content)
 
         let task = try DownloadTask(
             url: nginx.url("/slow/file.bin"), destination: .directory(downloads.url), configuration: configuration)
@@ -263,7 +263,7 @@ struct TinyproxyTests {
         let token = try PeerDownloads.handOff(paused, through: downloads)
         let resumed = try await DownloadTask.resume(from: token, configuration: configuration).value
         #expect(resumed.status == 206)
-        #expect(try PeerDownloads.contents(of: resumed.fileURL) == content)
+        try expectSameBytes(PeerDownloads.contents(of: resumed.fileURL), content)
 
         let log = try await proxy.log(waitingFor: "CONNECT 127.0.0.1")
         #expect(log.components(separatedBy: "CONNECT 127.0.0.1:\(tlsPort)").count - 1 >= 2, "\(log)")
@@ -309,7 +309,8 @@ struct TinyproxyTests {
                 continue
             }
             #expect(result.status == 0, "\(label)")
-            #expect(try Data(contentsOf: fixture.directory.url.appendingPathComponent("file.bin")) == Data(content))
+            try expectSameBytes(
+                Data(contentsOf: fixture.directory.url.appendingPathComponent("file.bin")), Data(content))
             let via = Self.via(fixture)
             #expect(via.count == 1, "\(label)")
             #expect((via.first??.contains(proxy.viaName) ?? false) == viaProxy, "\(label): Via \(via)")
@@ -366,7 +367,7 @@ struct TinyproxyTests {
         let requests = fixture.server.requests(for: "/file.bin")
         #expect(requests.map { $0.header("Range") } == [nil, "bytes=50000-"])
         #expect(requests.allSatisfy { $0.header("Via")?.contains(proxy.viaName) == true })
-        #expect(try Data(contentsOf: fixture.directory.url.appendingPathComponent("file.bin")) == Data(content))
+        try expectSameBytes(Data(contentsOf: fixture.directory.url.appendingPathComponent("file.bin")), Data(content))
     }
 
     @Test(
@@ -424,7 +425,7 @@ struct TinyproxyTests {
             in: scratch.url)
         let log = try await proxy.log(waitingFor: "CONNECT 127.0.0.1")
         #expect(result.status == 0, "\(result)")
-        #expect(try Data(contentsOf: scratch.url.appendingPathComponent("file.bin")) == content)
+        try expectSameBytes(Data(contentsOf: scratch.url.appendingPathComponent("file.bin")), content)
         #expect(log.contains("CONNECT 127.0.0.1:\(tlsPort)"), "\(log)")
     }
 

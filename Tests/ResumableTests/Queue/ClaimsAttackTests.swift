@@ -131,7 +131,7 @@ struct ClaimsAttackTests {
             ((try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? ["?"]).isEmpty
         }
         try #require(empty, "A's record was never removed")
-        try #require(try fixture.contents(of: target) == old)
+        try requireSameBytes(fixture.contents(of: target), old)
         // The store is free again once A's task let it go.
         var reopened = try await reopenedStore(at: state)
         try #require(reopened != nil)
@@ -302,6 +302,6 @@ struct ClaimsAttackTests {
         let summary = await queue.waitUntilIdle()
         let failure = await queue.items.first { $0.id == idB }.map { "\($0.state)" } ?? "none"
         #expect(summary.finished == 1 && summary.failed == 0, "\(summary); B: \(failure)")
-        #expect((try? fixture.contents(of: target)) == bytesB, "B: \(failure)")
+        expectSameBytes((try? fixture.contents(of: target)), bytesB, "B: \(failure)")
     }
 }

@@ -162,7 +162,8 @@ struct DownloadQueueTests {
             received.withLock { $0.contains { if case .finished = $0 { true } else { false } } }
         }
         #expect(finished, "\(received.withLock { $0 })")
-        #expect(try fixture.contents(of: fixture.directory.url.appendingPathComponent("file-0.bin")) == files[0].1)
+        try expectSameBytes(
+            fixture.contents(of: fixture.directory.url.appendingPathComponent("file-0.bin")), files[0].1)
     }
 
     @Test("Paused mid-transfer into the store, restored by a new queue: each file resumes with a validated range")
@@ -204,7 +205,7 @@ struct DownloadQueueTests {
         let summary = await queue.waitUntilIdle()
         #expect(summary.finished == 3)
         for (index, (_, bytes)) in files.enumerated() {
-            #expect(try fixture.contents(of: output.appendingPathComponent("file-\(index).bin")) == bytes)
+            try expectSameBytes(fixture.contents(of: output.appendingPathComponent("file-\(index).bin")), bytes)
             let requests = fixture.server.requests(for: "/file-\(index).bin")
             #expect(requests.last?.header("Range") == "bytes=100000-")
             #expect(requests.last?.header("If-Range") != nil)
@@ -280,7 +281,7 @@ struct DownloadQueueTests {
         await queue.resume(id)
         let summary = await queue.waitUntilIdle()
         #expect(summary.finished == 1)
-        #expect(try fixture.contents(of: fixture.directory.url.appendingPathComponent("late.bin")) == bytes)
+        try expectSameBytes(fixture.contents(of: fixture.directory.url.appendingPathComponent("late.bin")), bytes)
         #expect(fixture.server.requests(for: "/late.bin").last?.header("Range") == nil)
         #expect(try FileManager.default.contentsOfDirectory(atPath: store.tasksPath).isEmpty)
         // Failed again, then cancelled: it leaves the store.

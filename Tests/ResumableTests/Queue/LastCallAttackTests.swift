@@ -47,7 +47,7 @@ struct LastCallAttackTests {
             try await queue.add(secondURL, destination: .directory(output), paused: true)
             let summary = await queue.waitUntilIdle()
             try #require(summary.finished == 1, "\(summary)")
-            try #require((try? fixture.contents(of: target)) == first)
+            try requireSameBytes((try? fixture.contents(of: target)), first)
         }
         var configuration = DownloadFixture.configuration(existingFile: .overwrite)
         configuration.connections = .single
@@ -98,7 +98,7 @@ struct LastCallAttackTests {
         try await queue.add(firstURL, destination: .directory(output))
         summary = await queue.waitUntilIdle()
         try #require(summary.finished == 2, "\(summary)")
-        try #require((try? fixture.contents(of: real.appendingPathComponent("x.bin"))) == first)
+        try requireSameBytes((try? fixture.contents(of: real.appendingPathComponent("x.bin"))), first)
 
         try await queue.add(secondURL, destination: .directory(real))
         summary = await queue.waitUntilIdle()
@@ -107,6 +107,6 @@ struct LastCallAttackTests {
         #expect(
             (try? fixture.contents(of: real.appendingPathComponent("x.bin"))) == first,
             "A's x.bin, saved by this queue, was replaced by B's; the directory holds \(names)")
-        #expect((try? fixture.contents(of: real.appendingPathComponent("x (1).bin"))) == second, "\(names)")
+        expectSameBytes((try? fixture.contents(of: real.appendingPathComponent("x (1).bin"))), second, "\(names)")
     }
 }

@@ -52,7 +52,7 @@ struct LatestHourAttackTests {
             if reader >= 0 { close(reader) }
         }
         await waiter.value
-        #expect(try fixture.contents(of: output.appendingPathComponent("a.bin")) == bytes)
+        try expectSameBytes(fixture.contents(of: output.appendingPathComponent("a.bin")), bytes)
     }
 
     /// Rule broken: `--overwrite` / `.overwrite` "never replaces a file an earlier run of the same queue saved"
@@ -86,7 +86,7 @@ struct LatestHourAttackTests {
             try await queue.add(firstURL, destination: .directory(output))
             let summary = await queue.waitUntilIdle()
             try #require(summary.finished == 1, "\(summary)")
-            try #require(try fixture.contents(of: target) == first)
+            try requireSameBytes(fixture.contents(of: target), first)
             let id = try await queue.add(secondURL, destination: .directory(output))
             try #require(await gate.waitUntilHeld(timeout: Waiting.deadline), "\(gate)")
             try #require(try await waitUntilTemporaryFiles(in: store.partialPath, count: 1, eachHolding: 50_000))

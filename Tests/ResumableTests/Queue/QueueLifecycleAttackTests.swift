@@ -72,7 +72,7 @@ struct QueueLifecycleAttackTests {
         let gone = try await waitUntil { released == nil }
         proceed.signal()
         try #require(gone, "the queue was not released")
-        #expect(try fixture.contents(of: output.appendingPathComponent("done.bin")) == bytes)
+        try expectSameBytes(fixture.contents(of: output.appendingPathComponent("done.bin")), bytes)
         #expect(
             !FileManager.default.fileExists(atPath: recordFile),
             "the released queue left a record behind for a download whose file is in place")
@@ -131,8 +131,8 @@ struct QueueLifecycleAttackTests {
         let summary = await queue!.waitUntilIdle()
         #expect(summary.finished == 1)
         let saved = output.appendingPathComponent("done (1).bin")
-        #expect(try fixture.contents(of: saved) == bytes)
-        #expect(try Data(contentsOf: output.appendingPathComponent("done.bin")) == theirs)
+        try expectSameBytes(fixture.contents(of: saved), bytes)
+        try expectSameBytes(Data(contentsOf: output.appendingPathComponent("done.bin")), theirs)
         #expect(!FileManager.default.fileExists(atPath: recordFile))
         let finalRecord = try #require(atCrash.withLock { $0 }, "the record was not on disk at the crash point")
         let object = try #require(try JSONSerialization.jsonObject(with: finalRecord) as? [String: Any])
@@ -158,7 +158,7 @@ struct QueueLifecycleAttackTests {
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: output.path).sorted() == ["done (1).bin", "done.bin"],
             "a second copy of the finished file was saved")
-        #expect(try fixture.contents(of: saved) == bytes)
+        try expectSameBytes(fixture.contents(of: saved), bytes)
         #expect(!FileManager.default.fileExists(atPath: recordFile))
     }
 }

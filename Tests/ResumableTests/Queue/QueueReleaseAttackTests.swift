@@ -83,6 +83,6 @@ struct QueueReleaseAttackTests {
         gate.open()
         await third.resumeAll()
         _ = await third.waitUntilIdle()
-        #expect((try? fixture.contents(of: output.appendingPathComponent("held.bin"))) == bytes)
+        expectSameBytes((try? fixture.contents(of: output.appendingPathComponent("held.bin"))), bytes)
     }
 }

@@ -55,7 +55,7 @@ struct QueueReleaseRaceTests {
         #expect(
             !FileManager.default.fileExists(atPath: recordFile),
             "the released queue wrote a record back for a download whose file is in place")
-        #expect(try fixture.contents(of: output.appendingPathComponent("done.bin")) == bytes)
+        try expectSameBytes(fixture.contents(of: output.appendingPathComponent("done.bin")), bytes)
 
         // What the record would cost: the next restore downloads the file again, into a second file.
         store = nil

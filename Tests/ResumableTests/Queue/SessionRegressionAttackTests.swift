@@ -59,7 +59,7 @@ struct SessionRegressionAttackTests {
         let summary = await queue!.waitUntilIdle()
         try #require(summary.finished == 1, "\(summary)")
         let saved = output.appendingPathComponent(".env (1)")
-        #expect(try fixture.contents(of: saved) == bytes)
+        try expectSameBytes(fixture.contents(of: saved), bytes)
         let finalRecord = try #require(atCrash.withLock { $0 }, "the record was not on disk at the crash point")
         queue = nil
         store = nil
@@ -76,8 +76,8 @@ struct SessionRegressionAttackTests {
         #expect(after.finished == 1, "the restored download was not reported finished: \(after)")
         #expect(fixture.server.requests(for: "/env").count == requestsBefore, "the finished file was fetched again")
         #expect(!FileManager.default.fileExists(atPath: recordFile), "the finished download's record stayed")
-        #expect(try Data(contentsOf: target) == theirs)
-        #expect(try fixture.contents(of: saved) == bytes)
+        try expectSameBytes(Data(contentsOf: target), theirs)
+        try expectSameBytes(fixture.contents(of: saved), bytes)
     }
 
     /// Rule broken: 4 (no giving up wrongly); `.fail` is documented as failing "when the finished file's name is
@@ -108,7 +108,7 @@ struct SessionRegressionAttackTests {
         _ = try await queue.add(urlFirst, destination: .file(target))
         let one = await queue.waitUntilIdle()
         try #require(one.finished == 1, "\(one)")
-        try #require(try fixture.contents(of: target) == first)
+        try requireSameBytes(fixture.contents(of: target), first)
         // The application consumes the file.
         try FileManager.default.moveItem(at: target, to: fixture.directory.url.appendingPathComponent("library.xml"))
 
@@ -116,7 +116,7 @@ struct SessionRegressionAttackTests {
         let two = await queue.waitUntilIdle()
         let state = await queue.items.first { $0.id == idSecond }.map { "\($0.state)" } ?? "gone"
         #expect(two.finished == 2 && two.failed == 0, "\(two); second: \(state)")
-        #expect((try? fixture.contents(of: target)) == second, "second: \(state)")
+        expectSameBytes((try? fixture.contents(of: target)), second, "second: \(state)")
     }
 
     /// Rule broken: 1 (nothing the batch saved is replaced), as `ManyDownloads.md` states it for `.overwrite`: "never

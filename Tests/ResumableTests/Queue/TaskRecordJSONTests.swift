@@ -55,8 +55,8 @@ struct TaskRecordJSONTests {
                             bytesPerSecond: optionals ? 4_194_304 : nil)
                         let fast = try record.encodedJSON()
                         let reference = try Self.encoderJSON(record)
-                        #expect(
-                            fast == reference,
+                        expectSameBytes(
+                            fast, reference,
                             "\(String(decoding: fast, as: UTF8.self))\n\(String(decoding: reference, as: UTF8.self))")
                         // Records a reader accepts (no control character in a path or header value; ranges need a
                         // validator).

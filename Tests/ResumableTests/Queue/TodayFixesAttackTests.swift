@@ -52,7 +52,7 @@ struct TodayFixesAttackTests {
         let second = await queue.waitUntilIdle()
         let state = await queue.items.first { $0.id == id }?.state
         #expect(second.finished == 1, "\(second); the download is now \(String(describing: state))")
-        #expect((try? Data(contentsOf: existing)) == Data(bytes), "the finished file is not under its own name")
+        expectSameBytes((try? Data(contentsOf: existing)), Data(bytes), "the finished file is not under its own name")
     }
 
     /// The same stale claim with the default policy: the file goes to `f (1).bin` although `f.bin` is free again.

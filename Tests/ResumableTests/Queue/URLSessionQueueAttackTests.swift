@@ -275,7 +275,7 @@ struct URLSessionQueueAttackTests {
         #expect(summary?.finished == 4, "\(String(describing: summary)), store reopened after \(waited)")
         for (index, bytes) in files.enumerated() {
             let url = output.appendingPathComponent("slow-\(index).bin")
-            #expect((try? fixture.contents(of: url)) == bytes, "slow-\(index).bin")
+            expectSameBytes((try? fixture.contents(of: url)), bytes, "slow-\(index).bin")
         }
     }
 
@@ -324,7 +324,7 @@ struct URLSessionQueueAttackTests {
         #expect(summary?.finished == 4, "\(String(describing: summary))")
         for (index, bytes) in files.enumerated() {
             let url = output.appendingPathComponent("held-\(index).bin")
-            #expect((try? fixture.contents(of: url)) == bytes, "held-\(index).bin")
+            expectSameBytes((try? fixture.contents(of: url)), bytes, "held-\(index).bin")
             #expect(
                 fixture.ranges("/held-\(index).bin").last == "bytes=100000-", "\(fixture.ranges("/held-\(index).bin"))")
         }

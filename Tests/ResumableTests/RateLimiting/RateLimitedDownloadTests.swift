@@ -38,7 +38,7 @@ struct RateLimitedDownloadTests {
         let start = clock.now
         let result = try await fixture.download(configuration: Self.configuration([limiter])).value
         let elapsed = clock.now - start
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(elapsed >= Self.minimumTime(content.count, through: limiter), "\(elapsed)")
         #expect(limiter.statistics.waits > 0)
         // libcurl calls on the transfer's thread, URLSession on its delivery queue: never inside a Swift task.
@@ -61,7 +61,7 @@ struct RateLimitedDownloadTests {
         let start = clock.now
         let result = try await fixture.download(configuration: configuration).value
         let elapsed = clock.now - start
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(started.load(ordering: .relaxed) >= 3, "the download used several connections")
         #expect(elapsed >= Self.minimumTime(content.count, through: limiter), "\(elapsed)")
         #expect(limiter.statistics.waitsInsideSwiftTasks == 0)
@@ -79,7 +79,7 @@ struct RateLimitedDownloadTests {
         configuration.minimumSegmentLength = 32 << 10
         configuration.rateLimiters = [RateLimiter(bytesPerSecond: 16 << 10)]
         let result = try await fixture.download(configuration: configuration).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         let failures = events.all.filter { if case .segmentFailed = $0 { true } else { false } }
         #expect(failures.isEmpty, "\(failures)")
         #expect(events.segmentsStarted.count == 3, "\(events.segmentsStarted)")
@@ -103,8 +103,8 @@ struct RateLimitedDownloadTests {
         async let resultB = b.value
         let (doneA, doneB) = try await (resultA, resultB)
         let elapsed = clock.now - start
-        #expect(try fixture.contents(of: doneA.fileURL) == first)
-        #expect(try fixture.contents(of: doneB.fileURL) == second)
+        try expectSameBytes(fixture.contents(of: doneA.fileURL), first)
+        try expectSameBytes(fixture.contents(of: doneB.fileURL), second)
         // Either alone would take about 1 s; together they cannot beat 2 MB at 1 MB/s.
         #expect(elapsed >= Self.minimumTime(first.count + second.count, through: global), "\(elapsed)")
         #expect(global.statistics.waitsInsideSwiftTasks == 0)
@@ -124,7 +124,7 @@ struct RateLimitedDownloadTests {
         limiter.bytesPerSecond = nil
         let result = try await task.value
         #expect(clock.now - raised < .seconds(300), "the wait at 1 B/s would take days")
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
     }
 
     @Test(
@@ -147,7 +147,7 @@ struct RateLimitedDownloadTests {
         #expect(size?.int64Value == token.offset)
         #expect(limiter.waitingCount == 0)
         let result = try await fixture.resumeThroughDisk(token).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(result.resumedAtOffset == token.offset)
     }
 }

@@ -59,7 +59,7 @@ struct AttackFindingTests {
         ).value
         #expect(try String(contentsOf: existing, encoding: .utf8) == "keep me")
         #expect(result.fileURL.lastPathComponent == "file (1).bin")
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
     }
 
     @Test("With the caller's destination, overwrite applies")
@@ -75,7 +75,7 @@ struct AttackFindingTests {
             configuration: DownloadFixture.configuration(existingFile: .overwrite)
         ).value
         #expect(result.fileURL.path == existing.path)
-        #expect(try fixture.contents(of: existing) == content)
+        try expectSameBytes(fixture.contents(of: existing), content)
     }
 
     // MARK: Finding 4: stored headers lost after the first resume
@@ -96,7 +96,7 @@ struct AttackFindingTests {
         #expect(secondToken.offset == 10_000)
         #expect(secondToken.headers["Accept"] == "application/x-test", "the second token keeps the header")
         let result = try await fixture.resumeThroughDisk(secondToken).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(
             fixture.server.requests(for: "/file.bin").map { $0.header("Accept") }
                 == Array(repeating: "application/x-test", count: 3))
@@ -120,7 +120,7 @@ struct AttackFindingTests {
         let kept = try #require(error.resumeToken, "the bytes on disk are still resumable")
         #expect(kept.offset == 4000)
         #expect(kept.tempPath == token.tempPath)
-        #expect(Array(try fixture.contents(of: URL(fileURLWithPath: kept.tempPath))) == Array(content[0..<4000]))
+        try expectSameBytes(Array(fixture.contents(of: URL(fileURLWithPath: kept.tempPath))), Array(content[0..<4000]))
         #expect(!fixture.directory.contents().contains("file.bin"))
     }
 
@@ -163,7 +163,7 @@ struct AttackFindingTests {
         }
         #expect(error?.code == .tokenGone)
         #expect(!FileManager.default.fileExists(atPath: last.tempPath), "the stray name is removed")
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(fixture.directory.contents() == [result.fileURL.lastPathComponent])
     }
 

@@ -78,12 +78,12 @@ struct DiskFullTests {
         #expect(token.offset > 0 && token.offset <= 256 * 1024)
         let onDisk = try Data(contentsOf: URL(fileURLWithPath: token.tempPath))
         #expect(onDisk.count >= Int(token.offset))
-        #expect(Array(onDisk.prefix(Int(token.offset))) == Array(content[0..<Int(token.offset)]))
+        expectSameBytes(Array(onDisk.prefix(Int(token.offset))), Array(content[0..<Int(token.offset)]))
 
         #expect(try await disk.grow(toKilobytes: 4096))
         let resumed = try DownloadTask.resume(from: token, configuration: DownloadFixture.configuration())
         let result = try await resumed.value
-        #expect(try Data(contentsOf: result.fileURL) == Data(content))
+        try expectSameBytes(Data(contentsOf: result.fileURL), Data(content))
         #expect(server.requests(for: "/big.bin").last?.header("Range") == "bytes=\(token.offset)-")
     }
 }

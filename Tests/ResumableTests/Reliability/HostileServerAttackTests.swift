@@ -140,7 +140,7 @@ struct HostileServerAttackTests {
         switch outcome {
         case .success(let result):
             let bytes = try fixture.contents(of: result.fileURL)
-            #expect(bytes == body, "finished with \(bytes.count) bytes")
+            expectSameBytes(bytes, body, "finished with \(bytes.count) bytes")
         case .failure(let error):
             #expect(error.code != .cancelled, "\(error)")
             #expect(!fixture.directory.contents().contains { !TemporaryFileName.isValid($0) }, "no finished file")
@@ -194,7 +194,7 @@ struct HostileServerAttackTests {
         switch outcome {
         case .success(let result):
             #expect(result.fileURL.lastPathComponent != "file.bin")
-            #expect(try fixture.contents(of: result.fileURL) == content)
+            try expectSameBytes(fixture.contents(of: result.fileURL), content)
         case .failure(let error):
             Issue.record("the download failed although a free name was available: \(error)")
         }

@@ -138,7 +138,7 @@ struct Issue9AttackTests {
         try handle.close()
         let complete = try ResumeToken(jsonData: patched(token.jsonData(), offset: 5_000))
         let result = try await fixture.resumeThroughDisk(complete).value
-        #expect(try fixture.contents(of: result.fileURL) == content)
+        try expectSameBytes(fixture.contents(of: result.fileURL), content)
         #expect(result.status == 416)
         #expect(result.mimeType != "text/html", "the finished zip is reported as \(result.mimeType ?? "nil")")
     }
@@ -171,7 +171,7 @@ extension Issue9AttackTests {
             destination: .directory(directory.url), configuration: configuration)
         switch await task.result {
         case .success(let result):
-            #expect(try Data(contentsOf: result.fileURL) == Data(body))
+            try expectSameBytes(Data(contentsOf: result.fileURL), Data(body))
         case .failure(let error):
             Issue.record("a dropped connection (prefix \(prefix.debugDescription)) was not retried: \(error)")
         }

@@ -43,7 +43,7 @@ struct MovedIntoPlaceTests {
         } else {
             #expect(!message.contains("already finished"), "an older file was called the finished one: \(message)")
         }
-        #expect(try Data(contentsOf: existing) == Data(bytes))
+        try expectSameBytes(Data(contentsOf: existing), Data(bytes))
         #expect(try FileManager.default.contentsOfDirectory(atPath: output.path) == ["f.bin"])
     }
 }

@@ -69,7 +69,7 @@ struct RangeTurnedAwaySecondReviewTests {
         switch await task.result {
         case .success(let result):
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
-            #expect(bytes == content, "a finished file that is not the server's; \(Self.kinds(server))")
+            expectSameBytes(bytes, content, "a finished file that is not the server's; \(Self.kinds(server))")
         case .failure(let error):
             try Self.checkToken(error, content, "\(Self.kinds(server))")
         }
@@ -95,7 +95,7 @@ struct RangeTurnedAwaySecondReviewTests {
         switch await task.result {
         case .success(let result):
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
-            #expect(bytes == other, "not v2 whole (v1 = \(bytes == content)); \(Self.kinds(server))")
+            expectSameBytes(bytes, other, "not v2 whole (v1 = \(bytes == content)); \(Self.kinds(server))")
         case .failure(let error):
             Issue.record("failed: \(error); \(Self.kinds(server))")
         }
@@ -121,11 +121,11 @@ struct RangeTurnedAwaySecondReviewTests {
         switch await task.result {
         case .success(let result):
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
-            #expect(bytes == shorter, "\(bytes.count) bytes, not the 25,000 served; \(Self.kinds(server))")
+            expectSameBytes(bytes, shorter, "\(bytes.count) bytes, not the 25,000 served; \(Self.kinds(server))")
         case .failure(let error):
             if let token = error.resumeToken {
                 let kept = [UInt8](try Data(contentsOf: URL(fileURLWithPath: token.tempPath)))
-                #expect(Array(kept.prefix(Int(token.offset))) == Array(shorter.prefix(Int(token.offset))))
+                expectSameBytes(Array(kept.prefix(Int(token.offset))), Array(shorter.prefix(Int(token.offset))))
             }
         }
     }
@@ -212,12 +212,12 @@ struct RangeTurnedAwaySecondReviewTests {
         release.signal()
         let kept = [UInt8](try Data(contentsOf: URL(fileURLWithPath: token.tempPath)))
         #expect(token.offset == Int64(Self.cut), "offset \(token.offset)")
-        #expect(Array(kept.prefix(Int(token.offset))) == Array(content.prefix(Int(token.offset))))
+        expectSameBytes(Array(kept.prefix(Int(token.offset))), Array(content.prefix(Int(token.offset))))
         let resumed = try DownloadTask.resume(from: token, configuration: configuration)
         switch await resumed.result {
         case .success(let result):
             let bytes = [UInt8](try Data(contentsOf: result.fileURL))
-            #expect(bytes == content, "\(Self.kinds(server))")
+            expectSameBytes(bytes, content, "\(Self.kinds(server))")
         case .failure(let error):
             Issue.record("resume failed: \(error); \(Self.kinds(server))")
         }

@@ -148,7 +148,7 @@ struct RestartAtFirstByteReviewTests {
         let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: kept.tempPath)))
         let version = kept.etag == "\"v1\"" ? old : new
         #expect(kept.offset > 0 && Int(kept.offset) <= bytes.count, "\(kept.offset) of \(bytes.count)")
-        #expect(Array(bytes.prefix(Int(kept.offset))) == Array(version.prefix(Int(kept.offset))))
+        expectSameBytes(Array(bytes.prefix(Int(kept.offset))), Array(version.prefix(Int(kept.offset))))
         // The engine undoes a switch a stop came during: the old file and its token, nothing of the new answer.
         #expect(kept.etag == "\"v1\"" && kept.offset == Int64(Self.cut), "\(kept.etag ?? "-") at \(kept.offset)")
         #expect(directory.contents().count == 1, "the old temporary file alone: \(directory.contents())")
@@ -245,7 +245,7 @@ struct RestartAtFirstByteReviewTests {
         var configuration = DownloadFixture.configuration(retries: 2, transport: transport)
         configuration.expectedSHA256 = try SHA256Hasher.hex(of: content)
         let result = try await DownloadTask.resume(from: token, configuration: configuration).result.get()
-        #expect([UInt8](try Data(contentsOf: result.fileURL)) == content)
+        try expectSameBytes([UInt8](Data(contentsOf: result.fileURL)), content)
         #expect(result.sha256 == (try SHA256Hasher.hex(of: content)))
         #expect(!result.restarted)
         #expect(directory.contents() == ["file.bin"], "\(directory.contents())")

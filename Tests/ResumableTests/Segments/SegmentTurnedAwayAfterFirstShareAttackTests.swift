@@ -88,7 +88,7 @@ struct SegmentTurnedAwayAfterFirstShareAttackTests {
         #expect(rangeRequests.withLock { $0 } <= 8, "range requests: \(rangeRequests.withLock { $0 })")
         switch result {
         case .success(let done):
-            #expect((try? Data(contentsOf: done.fileURL)) == Data(content))
+            expectSameBytes((try? Data(contentsOf: done.fileURL)), Data(content))
         case .failure(let error):
             Issue.record(
                 "the first GET carried the whole file and one connection finishes it, yet the download failed: \(error); range requests: \(rangeRequests.withLock { $0 })"

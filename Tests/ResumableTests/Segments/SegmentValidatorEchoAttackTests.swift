@@ -96,7 +96,7 @@ struct SegmentValidatorEchoAttackTests {
         let result = try await task.value
         #expect(result.restarted)
         #expect(result.resumedAtOffset == 0)
-        #expect(try Data(contentsOf: result.fileURL) == Data(prefix))
+        try expectSameBytes(Data(contentsOf: result.fileURL), Data(prefix))
     }
 
     /// Four connections, same server, same file that never changes. Observed before: every phase ended with "the file

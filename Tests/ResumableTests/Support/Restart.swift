@@ -30,8 +30,8 @@ func expectKept(
     let names = sortedNames(in: output)
     let contents = { (name: String) in (try? Data(contentsOf: output.appendingPathComponent(name))).map { [UInt8]($0) }
     }
-    #expect(contents("x.bin") == kept, "\(replaced); the output holds \(names)", sourceLocation: sourceLocation)
-    #expect(contents("x (1).bin") == freeNamed, "\(names)", sourceLocation: sourceLocation)
+    expectSameBytes(contents("x.bin"), kept, "\(replaced); the output holds \(names)", sourceLocation: sourceLocation)
+    expectSameBytes(contents("x (1).bin"), freeNamed, "\(names)", sourceLocation: sourceLocation)
 }
 
 /// Two downloads to one name, `x.bin` in `fixture`'s `out/`: the first (20,000 bytes) served whole at `/a/x.bin`,

@@ -54,7 +54,7 @@ struct ProxyTLSRateAttackTests {
         #expect(leaked.isEmpty, "the origin's Authorization header reached the proxy the bypass list excludes")
         #expect(fixture.server.requests(for: "/file.bin").count == 1, "\(outcome)")
         if case .success(let result) = outcome {
-            #expect(try fixture.contents(of: result.fileURL) == content)
+            try expectSameBytes(fixture.contents(of: result.fileURL), content)
         }
     }
 

@@ -54,7 +54,7 @@ struct SharedTransportSessionTests {
                 url: server.url(for: "/file\(index).bin"), destination: .directory(directory.url),
                 configuration: Self.configuration(shared))
             let result = try await task.value
-            #expect(try Data(contentsOf: result.fileURL) == Data(content))
+            try expectSameBytes(Data(contentsOf: result.fileURL), Data(content))
             #expect(result.transport == transport)
         }
         // Each task closed its lease and none closed the shared session: every download after the first reused the
@@ -84,7 +84,7 @@ struct SharedTransportSessionTests {
         #expect(await gate.waitUntilHeld(count: 8))
         gate.open()
         for task in running { #expect(await task.value == nil) }
-        for consumer in consumers { #expect(consumer.state.withLock { $0.received } == content) }
+        for consumer in consumers { expectSameBytes(consumer.state.withLock { $0.received }, content) }
         let first = Set(server.requests.map(\.connection))
         #expect(first.count == 8)
         let more = (0..<8).map { _ in
@@ -112,7 +112,7 @@ struct SharedTransportSessionTests {
         for server in [first, second, first, second, first, second] {
             let consumer = RecordingConsumer(keepsBytes: true)
             try await shared.execute(Self.request(server.url(for: "/file.bin")), consumer: consumer)
-            #expect(consumer.state.withLock { $0.received } == content)
+            expectSameBytes(consumer.state.withLock { $0.received }, content)
         }
         #expect(first.requests.map(\.connection) == [1, 1, 1])
         #expect(second.requests.map(\.connection) == [1, 1, 1])

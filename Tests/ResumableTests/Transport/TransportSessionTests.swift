@@ -32,9 +32,9 @@ struct TransportSessionTests {
         try await session.execute(Self.request(server.url(for: "/file.bin")), consumer: whole)
         let rest = RecordingConsumer(keepsBytes: true)
         try await session.execute(Self.request(server.url(for: "/file.bin"), range: "bytes=60000-"), consumer: rest)
-        #expect(whole.state.withLock { $0.received } == content)
+        expectSameBytes(whole.state.withLock { $0.received }, content)
         #expect(rest.state.withLock { $0.head?.status } == 206)
-        #expect(rest.state.withLock { $0.received } == Array(content[60_000...]))
+        expectSameBytes(rest.state.withLock { $0.received }, Array(content[60_000...]))
         let connections = server.requests.map(\.connection)
         #expect(connections.count == 2)
         #expect(Set(connections).count == 1, "one kept-alive connection: \(connections)")
@@ -62,7 +62,7 @@ struct TransportSessionTests {
         #expect(declining.state.withLock { $0.bytes } == 0)
         let second = RecordingConsumer(keepsBytes: true)
         try await session.execute(Self.request(server.url(for: "/file.bin")), consumer: second)
-        #expect(second.state.withLock { $0.received } == content)
+        expectSameBytes(second.state.withLock { $0.received }, content)
         #expect(server.requests.map(\.connection) == [1, 2], "a half-read body is never reused")
     }
 
@@ -81,8 +81,8 @@ struct TransportSessionTests {
         try await session.execute(Self.request(server.url(for: "/file.bin")), consumer: other)
         gate.open()
         try await first
-        #expect(held.state.withLock { $0.received } == content)
-        #expect(other.state.withLock { $0.received } == content)
+        expectSameBytes(held.state.withLock { $0.received }, content)
+        expectSameBytes(other.state.withLock { $0.received }, content)
         #expect(Set(server.requests.map(\.connection)).count == 2)
     }
 
@@ -98,7 +98,7 @@ struct TransportSessionTests {
             try await session.execute(
                 Self.request(server.url(for: "/file.bin"), range: offset == 0 ? nil : "bytes=\(offset)-"),
                 consumer: consumer)
-            #expect(consumer.state.withLock { $0.received } == Array(content[offset...]))
+            expectSameBytes(consumer.state.withLock { $0.received }, Array(content[offset...]))
         }
         let connections = server.requests.map(\.connection)
         #expect(connections.count == requests)

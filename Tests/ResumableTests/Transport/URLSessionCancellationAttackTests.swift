@@ -111,10 +111,10 @@ struct URLSessionCancellationAttackTests {
                 }
                 if let token = await pausing.value {
                     let partial = try fixture.contents(of: URL(fileURLWithPath: token.tempPath))
-                    #expect(partial == Array(content[0..<Int(token.offset)]), "round \(round): the token's bytes")
+                    expectSameBytes(partial, Array(content[0..<Int(token.offset)]), "round \(round): the token's bytes")
                     try? FileManager.default.removeItem(atPath: token.tempPath)
                 } else if case .success(let result) = await task.result {
-                    #expect(try fixture.contents(of: result.fileURL) == content, "round \(round)")
+                    try expectSameBytes(fixture.contents(of: result.fileURL), content, "round \(round)")
                     try? FileManager.default.removeItem(at: result.fileURL)
                 }
                 transport.close()

@@ -55,7 +55,7 @@ struct URLSessionFlowControlTests {
             #expect(statistics.peakWaiting >= Self.limits.highWater, "\(statistics)")
             #expect(consumer.state.withLock { $0.chunksBeforeRelease } == 1)
             #expect(consumer.state.withLock { $0.largestChunk } <= 16 * 1024)
-            #expect(consumer.state.withLock { $0.received } == testBytes(count: length, seed: 41))
+            expectSameBytes(consumer.state.withLock { $0.received }, testBytes(count: length, seed: 41))
             #expect(transport.deliveryStatistics.peakWaiting <= Self.bound, "\(transport.deliveryStatistics)")
         }
 
@@ -89,8 +89,8 @@ struct URLSessionFlowControlTests {
 
             #expect(otherError == nil, "\(String(describing: otherError))")
             #expect(stillHeld, "the other download ran while the first consumer was blocked")
-            #expect(otherConsumer.state.withLock { $0.received } == testBytes(count: 4 << 20, seed: 46))
-            #expect(heldConsumer.state.withLock { $0.received } == testBytes(count: 8 << 20, seed: 45))
+            expectSameBytes(otherConsumer.state.withLock { $0.received }, testBytes(count: 4 << 20, seed: 46))
+            expectSameBytes(heldConsumer.state.withLock { $0.received }, testBytes(count: 8 << 20, seed: 45))
             #expect(held.deliveryStatistics.peakWaiting <= Self.bound, "\(held.deliveryStatistics)")
         }
 
@@ -110,7 +110,7 @@ struct URLSessionFlowControlTests {
             let statistics = transport.deliveryStatistics
             #expect(consumer.state.withLock { $0.sawHold }, "\(statistics)")
             #expect(consumer.state.withLock { $0.madeTask })
-            #expect(consumer.state.withLock { $0.received } == testBytes(count: length, seed: 42))
+            expectSameBytes(consumer.state.withLock { $0.received }, testBytes(count: length, seed: 42))
         }
 
         @Test("Closing a session while it is held back ends its request")
@@ -163,7 +163,8 @@ struct URLSessionFlowControlTests {
             #expect(token.offset > 0 && token.offset <= 6 << 20, "offset \(token.offset)")
             let partial = try fixture.contents(of: URL(fileURLWithPath: token.tempPath))
             #expect(partial.count == Int(token.offset))
-            #expect(partial == Array(content[0..<Int(token.offset)]), "the temporary file is the body's first bytes")
+            expectSameBytes(
+                partial, Array(content[0..<Int(token.offset)]), "the temporary file is the body's first bytes")
 
             // The resumed download, held back the same way before it goes on to the end.
             serverGate.open()
@@ -178,7 +179,7 @@ struct URLSessionFlowControlTests {
             #expect(second.deliveryStatistics.peakWaiting <= Self.bound, "\(second.deliveryStatistics)")
 
             #expect(result.resumedAtOffset == token.offset)
-            #expect(try fixture.contents(of: result.fileURL) == content)
+            try expectSameBytes(fixture.contents(of: result.fileURL), content)
             #expect(fixture.ranges() == [nil, "bytes=\(token.offset)-"])
             #expect(fixture.temporaryFiles().isEmpty)
         }

@@ -126,7 +126,7 @@ struct URLSessionRedirectAttackTests {
                 "swift-corelibs-foundation reports a 3xx only once its body has ended (docs/architecture.md)"
             ) {
                 let result = try await task.value
-                #expect(try fixture.contents(of: result.fileURL) == content)
+                try expectSameBytes(fixture.contents(of: result.fileURL), content)
             } when: {
                 transport == .urlSession
             }
@@ -148,7 +148,7 @@ struct URLSessionRedirectAttackTests {
             configuration.connectTimeout = .seconds(5)
             switch await (try fixture.download("/hop", configuration: configuration)).result {
             case .success(let result):
-                try #require(try fixture.contents(of: result.fileURL) == content)
+                try requireSameBytes(fixture.contents(of: result.fileURL), content)
             case .failure(let error):
                 FileHandle.standardError.write(Data("the download failed: \(error)\n".utf8))
                 // 5: the download failed (over URLSession: "could not connect ... within 5.0 seconds").
