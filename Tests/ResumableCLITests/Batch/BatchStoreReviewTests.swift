@@ -73,8 +73,8 @@ struct BatchStoreReviewTests {
 
         let resumed = try await CLIProcess.run(["resume", "--state", "state", "-q"], in: scratch.url)
         #expect(resumed.exitCode == 0, "the paused download could not be continued: \(resumed.stderr.prefix(400))")
-        #expect(
-            (try? Data(contentsOf: scratch.url.appendingPathComponent("out/long.bin"))) == Data(content),
+        expectSameBytes(
+            try? Data(contentsOf: scratch.url.appendingPathComponent("out/long.bin")), content,
             "the file was never finished")
         #expect(
             server.requests(for: "/long.bin").last?.header("Range") == "bytes=100000-",
@@ -118,7 +118,7 @@ struct BatchStoreReviewTests {
         #expect(object["status"] as? String == "failed", "the summary calls the batch complete: \(line)")
         #expect((object["skipped"] as? NSNumber)?.intValue == 1, "\(line)")
         #expect((object["finished"] as? NSNumber)?.intValue == 1, "\(line)")
-        #expect(try Data(contentsOf: out.appendingPathComponent("ok.bin")) == Data(content))
+        expectSameBytes(try Data(contentsOf: out.appendingPathComponent("ok.bin")), content)
     }
 
     /// Rule broken: a summary that lies, and a store the docs say is refused is used (docs/task-store.md: an `adding`
