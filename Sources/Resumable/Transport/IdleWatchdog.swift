@@ -1,8 +1,12 @@
 import Dispatch
 import Synchronization
 
-/// When a request last moved data to its consumer: the head, or body bytes. Read by an ``IdleWatchdog`` on its own
-/// queue, written by the request's callbacks; one atomic word, so a body piece costs two stores.
+/// When a request last moved body bytes to its consumer. Read by an ``IdleWatchdog`` on its own queue, written by the
+/// request's callbacks; one atomic word, so a body piece costs two stores.
+///
+/// The clock starts with the first body bytes, not with the head: until then FoundationNetworking's own idle timer
+/// covers a silent server (only header lines re-arm it, and none come after the head), and a server that holds its
+/// body back after the head is no business of this watchdog.
 ///
 /// A request's callbacks share the session's serial delegate queue with the other requests of the session (the
 /// connections of one download, a queue's downloads): while one of them waits in its consumer (a rate limit, a slow
@@ -23,16 +27,16 @@ final class TransferActivity: Sendable {
         self.session = session
     }
 
-    /// A delivery to the consumer starts.
-    func begin() {
-        mark.store(Self.busy, ordering: .releasing)
+    /// A delivery to the consumer starts; `startingClock` false: the head, which marks the session only.
+    func begin(startingClock: Bool = true) {
+        if startingClock { mark.store(Self.busy, ordering: .releasing) }
         session?.begin()
     }
 
-    /// A delivery to the consumer ended: the request was active now.
-    func end() {
+    /// A delivery to the consumer ended: the request (with `startingClock`) and its session were active now.
+    func end(startingClock: Bool = true) {
         let now = max(DispatchTime.now().uptimeNanoseconds, 1)
-        mark.store(now, ordering: .releasing)
+        if startingClock { mark.store(now, ordering: .releasing) }
         session?.mark.store(now, ordering: .releasing)
     }
 
