@@ -48,7 +48,8 @@ public struct ResumableError: Error, Sendable, CustomStringConvertible, Localize
         /// The token's temporary file is gone, so nothing proves the destination it names is the caller's:
         /// pass a destination to resume.
         public static let destinationRequired = Code(.destinationRequired)
-        /// The URL, method or headers of the request cannot be used.
+        /// The URL, method or headers of the request cannot be used: a URL that is not absolute http or https, or
+        /// is longer than 64 KiB (65,536 bytes of text, a fragment included).
         public static let invalidRequest = Code(.invalidRequest)
         /// The server answered with an error status; see ``ResumableError/httpStatus``.
         public static let httpStatus = Code(.httpStatus)
