@@ -204,13 +204,28 @@ public final class DownloadTask: Sendable {
         return digest
     }
 
+    /// The most bytes of request headers (names and values together) a download takes: 64 KiB, far beyond what
+    /// servers accept (nginx: 8 KiB a line). A token keeps its download's headers (all but credentials), and a token,
+    /// or a task record holding one, must stay far below the 1 MiB its reader accepts, or a checkpoint could never be
+    /// written.
+    static let maximumHeaderBytes = 64 * 1024
+
     private static func validatedHeaders(_ headers: [String: String]) throws(ResumableError) -> [HTTPHeader] {
         var fields: [HTTPHeader] = []
+        var total = 0
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
             guard HTTPFieldSyntax.isValidName(name), HTTPFieldSyntax.isValidValue(value) else {
-                throw ResumableError(.invalidRequest, "invalid request header \(name.debugDescription)")
+                throw ResumableError(
+                    .invalidRequest, "invalid request header \(HTTPURL.excerpt(name).debugDescription)")
             }
+            total += name.utf8.count + value.utf8.count
             fields.append(HTTPHeader(name: name, value: value))
+        }
+        guard total <= maximumHeaderBytes else {
+            throw ResumableError(
+                .invalidRequest,
+                "request headers of \(total) bytes are more than the \(maximumHeaderBytes) taken (names and values together)"
+            )
         }
         return fields
     }

@@ -277,7 +277,9 @@ extension DownloadTask {
         /// `credential`, `csrf`, `jwt`, `key`, `passphrase`, `passwd`, `password`, `secret`, `session`,
         /// `signature`, `token` or `xsrf` (case-insensitive, so `X-Api-Key` and `X-Amz-Security-Token` too),
         /// `DPoP`, and the names in ``sensitiveHeaderNames``. `Range`, `If-Range` and `Accept-Encoding` are the
-        /// library's own and are ignored here.
+        /// library's own and are ignored here. At most 64 KiB of names and values together (a download with more
+        /// fails with ``ResumableError/Code/invalidRequest`` before its first request): a token keeps them, and it
+        /// must stay readable.
         public var headers: [String: String]
         /// More header names to treat as credentials, compared case-insensitively: never stored in a token, never
         /// sent to another origin. The built-in rule (see ``headers``) always applies as well.

@@ -1,18 +1,18 @@
 import Dispatch
 import Synchronization
 
-/// When a request last moved body bytes to its consumer. Read by an ``IdleWatchdog`` on its own queue, written by the
-/// request's callbacks; one atomic word, so a body piece costs two stores.
+/// When a request last moved data to its consumer: the head, or body bytes. Read by an ``IdleWatchdog`` on its own
+/// queue, written by the request's callbacks; one atomic word, so a body piece costs two stores.
 ///
-/// The clock starts with the first body bytes, not with the head: until then FoundationNetworking's own idle timer
-/// covers a silent server (only header lines re-arm it, and none come after the head), and a server that holds its
-/// body back after the head is no business of this watchdog.
+/// The clock starts with the head: after it, only body bytes are data (FoundationNetworking's own timer is re-armed
+/// by every trailer line, so a body that never comes, or never ends, is this watchdog's to end). A server that holds
+/// its body back after the head has stalled, as it has for the libcurl transport.
 ///
 /// A request's callbacks share the session's serial delegate queue with the other requests of the session (the
-/// connections of one download, a queue's downloads): while one of them waits in its consumer (a rate limit, a slow
-/// disk), the others' pieces, received long ago, wait behind it. So a request made with `session` (the session's own
-/// activity, which every delivery marks too) is not idle while any delivery of the session runs, and its idle time
-/// counts from the last delivery of the session, not only from its own.
+/// connections of one download): while one of them waits in its consumer (a rate limit, a slow disk), the others'
+/// pieces, received long ago, wait behind it. So a request made with `session` (the session's own activity, which
+/// every delivery marks too) is not idle while any delivery of the session runs, and its idle time counts from the
+/// last delivery of the session, not only from its own.
 final class TransferActivity: Sendable {
     /// Nothing reached the consumer yet.
     private static let notStarted: UInt64 = 0
@@ -27,16 +27,16 @@ final class TransferActivity: Sendable {
         self.session = session
     }
 
-    /// A delivery to the consumer starts; `startingClock` false: the head, which marks the session only.
-    func begin(startingClock: Bool = true) {
-        if startingClock { mark.store(Self.busy, ordering: .releasing) }
+    /// A delivery to the consumer starts.
+    func begin() {
+        mark.store(Self.busy, ordering: .releasing)
         session?.begin()
     }
 
-    /// A delivery to the consumer ended: the request (with `startingClock`) and its session were active now.
-    func end(startingClock: Bool = true) {
+    /// A delivery to the consumer ended: the request and its session were active now.
+    func end() {
         let now = max(DispatchTime.now().uptimeNanoseconds, 1)
-        if startingClock { mark.store(now, ordering: .releasing) }
+        mark.store(now, ordering: .releasing)
         session?.mark.store(now, ordering: .releasing)
     }
 

@@ -375,7 +375,7 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
 
     private let consumer: Consumer
     private let state = Mutex(State())
-    /// When the last body bytes reached the consumer, for the ``IdleWatchdog``.
+    /// When the head or the last body bytes reached the consumer, for the ``IdleWatchdog``.
     let activity: TransferActivity
     /// Held while the consumer is called; its value is set by ``abandon()``, which takes it so that it returns
     /// only when no call is under way and none can follow.
@@ -496,9 +496,8 @@ private final class StreamingHandler<Consumer: ResponseConsumer>: RoutedRequest 
         }
         let head = Self.head(of: http)
         let accepted = delivery.withLock { abandoned in
-            // The head starts no clock (see ``TransferActivity``), but it is a delivery of the session.
-            activity.begin(startingClock: false)
-            defer { activity.end(startingClock: false) }
+            activity.begin()
+            defer { activity.end() }
             return !abandoned && consumer.receive(head)
         }
         if accepted {
